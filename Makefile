@@ -1,0 +1,93 @@
+# specula build.
+#
+#   make            release build  -> build/release/specula
+#   make debug      -O0 -g, asserts on -> build/debug/specula
+#   make asan       ASan+UBSan     -> build/asan/specula (+ unit tests)
+#   make test       build release + asan and run the whole suite (tests/run.sh)
+#   make fuzz       libFuzzer harness for the GGUF reader (clang)
+#
+# One binary runs on any x86-64: no -march=native.  SIMD paths (later) are
+# chosen at run time.
+
+CC       ?= cc
+CSTD     := -std=c11 -D_GNU_SOURCE
+WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+INC      := -Iinclude -Isrc
+PCRE_LIBS := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
+LIBS     := $(PCRE_LIBS) -lpthread -lm
+TEST_LIBS := -lcmocka
+
+BUILD    ?= release
+ifeq ($(BUILD),release)
+  OPT := -O2 -g -DNDEBUG
+else ifeq ($(BUILD),debug)
+  OPT := -O0 -g
+else ifeq ($(BUILD),asan)
+  OPT := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+else
+  $(error unknown BUILD=$(BUILD) (release|debug|asan))
+endif
+
+O        := build/$(BUILD)
+CFLAGS_ALL := $(CSTD) $(WARN) $(INC) $(OPT) $(CFLAGS)
+LDFLAGS_ALL := $(OPT) $(LDFLAGS)
+
+LIB_SRC  := $(sort $(wildcard src/base/*.c src/gguf/*.c src/kernels/*.c src/model/*.c \
+              src/tokenizer/*.c src/sample/*.c src/spec/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+MODEL_SRC := $(sort $(wildcard tests/model/test_*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(O)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(O)/%.o)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)
+MODEL_BIN := $(MODEL_SRC:tests/model/%.c=$(O)/tests/%)
+
+.PHONY: all release debug asan test unit fuzz clean
+all: $(O)/specula $(O)/libspecula.a
+
+release:
+	$(MAKE) BUILD=release
+debug:
+	$(MAKE) BUILD=debug
+asan:
+	$(MAKE) BUILD=asan all tests
+
+tests: $(UNIT_BIN) $(MODEL_BIN)
+
+$(O)/libspecula.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(O)/specula: $(CLI_OBJ) $(O)/libspecula.a
+	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(O)/libspecula.a $(LIBS)
+
+$(O)/tests/%: tests/unit/%.c $(O)/libspecula.a tests/unit/test_util.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(O)/libspecula.a $(LIBS) $(TEST_LIBS)
+
+$(O)/tests/%: tests/model/%.c $(O)/libspecula.a tests/unit/test_util.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(O)/libspecula.a $(LIBS) $(TEST_LIBS)
+
+$(O)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c -o $@ $<
+
+# The suite: release build + model tests, sanitizer build + unit tests.
+test:
+	$(MAKE) BUILD=release all tests
+	$(MAKE) BUILD=asan all tests
+	tests/run.sh
+
+# libFuzzer harness for the GGUF reader.
+FUZZ_SRC := src/base/*.c src/gguf/*.c
+fuzz: build/fuzz/fuzz_gguf
+build/fuzz/fuzz_gguf: fuzz/fuzz_gguf.c $(wildcard src/base/*.c src/gguf/*.c src/base/*.h src/gguf/*.h)
+	@mkdir -p $(@D)
+	clang $(CSTD) $(INC) -O1 -g -fsanitize=fuzzer,address,undefined -o $@ fuzz/fuzz_gguf.c $(wildcard src/base/*.c src/gguf/*.c) -lpthread -lm
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,0 +1,58 @@
+/* Memory helpers, timers and process statistics. */
+#include "base/base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static void sp_oom(size_t n) {
+    fprintf(stderr, "specula: out of memory (allocating %zu bytes)\n", n);
+    abort();
+}
+
+void *sp_xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) sp_oom(n);
+    return p;
+}
+
+void *sp_xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) sp_oom(n * size);
+    return p;
+}
+
+void *sp_xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) sp_oom(n);
+    return q;
+}
+
+char *sp_xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    return memcpy(sp_xmalloc(n), s, n);
+}
+
+void *sp_alloc_aligned(size_t n) {
+    size_t rounded = (n + 63) & ~(size_t)63;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) sp_oom(n);
+    memset(p, 0, rounded ? rounded : 64);
+    return p;
+}
+
+void sp_free_aligned(void *p) { free(p); }
+
+uint64_t sp_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t sp_peak_rss(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (uint64_t)ru.ru_maxrss * 1024ull; /* Linux reports KiB */
+}

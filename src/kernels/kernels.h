@@ -1,0 +1,86 @@
+/*
+ * kernels — the arithmetic of the engine: tensor block formats, dot
+ * products, matrix multiplication and the small vector operations of a
+ * transformer layer.
+ *
+ * Numerics contract (what makes speculation lossless and testable):
+ *   - Every function computes each output element from its inputs alone,
+ *     in a fixed order.  In particular sp_matmul computes row r of the
+ *     output with exactly the same operations whether it is called with 1
+ *     row or 16, so a verification window gives bit-identical logits to
+ *     one-token decoding ("batch invariance").
+ *   - Weights are multiplied against activations quantized once per row to
+ *     the weight type's activation format (sp_act_type), as ggml does, so
+ *     results track the reference implementation closely.
+ *
+ * All buffers are borrowed; nothing here allocates except sp_matmul's
+ * caller-provided scratch (see sp_matmul_scratch_bytes).
+ */
+#ifndef SP_KERNELS_H
+#define SP_KERNELS_H
+
+#include "base/base.h"
+
+/* ------------------------------------------------------------------------
+ * Block formats (quant.c)
+ *
+ * Supported weight types: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * Q4_K, Q5_K, Q6_K.  Activation types: F32, F16, BF16, Q8_0, Q8_1, Q8_K.
+ * ---------------------------------------------------------------------- */
+
+/* True if sp_vec_dot / sp_dequantize_row accept this weight type. */
+bool sp_kernel_supports(uint32_t type);
+/* Comma-separated list of supported weight type names (for error messages). */
+const char *sp_kernel_supported_list(void);
+/* The type activations are quantized to before a dot with weights of type t. */
+uint32_t sp_act_type(uint32_t wtype);
+
+/* Converts n floats (n a multiple of the block size) to blocks of type t.
+ * Supported t: every activation type above, plus Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+ * (for `specula quantize`). */
+void sp_quantize_row(uint32_t t, const float *x, void *dst, int64_t n);
+/* Converts n elements of blocks of type t to floats. */
+void sp_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n);
+/* Dot product of a weight row of type wtype with an activation row already
+ * quantized to sp_act_type(wtype).  n = elements (multiple of the block). */
+float sp_vec_dot(uint32_t wtype, int64_t n, const void *w, const void *x);
+
+/* ------------------------------------------------------------------------
+ * Matrix multiplication (matmul.c)
+ *
+ * y[r][o] = sum_i W[o][i] * x[r][i]   for r < n_rows, o < n_out.
+ * W is n_out rows of n_in elements of type wtype, contiguous.  x is n_rows
+ * rows of n_in floats (stride n_in), y is n_rows rows of n_out floats
+ * (stride ldy >= n_out).  Work is split over output rows between threads.
+ * ---------------------------------------------------------------------- */
+typedef struct sp_matrix {
+    const void *data;   /* borrowed, n_out rows */
+    uint32_t type;      /* sp_dtype */
+    int64_t n_in;       /* elements per row */
+    int64_t n_out;      /* rows */
+} sp_matrix;
+
+/* Scratch bytes sp_matmul needs for n_rows activation rows of n_in. */
+size_t sp_matmul_scratch_bytes(uint32_t wtype, int64_t n_in, int n_rows);
+void sp_matmul(const sp_matrix *w, const float *x, int n_rows, float *y, int64_t ldy,
+               void *scratch, sp_pool *pool);
+/* Copies row `row` of W to floats (an embedding lookup). */
+void sp_matrix_get_row(const sp_matrix *w, int64_t row, float *out);
+
+/* ------------------------------------------------------------------------
+ * Vector operations (ops.c)
+ * ---------------------------------------------------------------------- */
+/* out = x / sqrt(mean(x^2) + eps) * w   (w may be NULL: no scale).  In place ok. */
+void sp_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* Rotary embedding on one head of size head_dim at position pos, rotating the
+ * first n_rot dims.  neox=false: pairs (2i, 2i+1); neox=true: pairs (i, i+n_rot/2). */
+void sp_rope(float *head, int head_dim, int n_rot, int pos, float freq_base, bool neox);
+/* In-place softmax over n values. */
+void sp_softmax(float *x, int n);
+/* x = silu(gate) * up, x = gelu_tanh(gate) * up. */
+void sp_swiglu(float *out, const float *gate, const float *up, int n);
+void sp_geglu(float *out, const float *gate, const float *up, int n);
+void sp_vec_add(float *y, const float *x, int n);          /* y += x */
+void sp_vec_scale(float *y, float s, int n);               /* y *= s */
+
+#endif /* SP_KERNELS_H */

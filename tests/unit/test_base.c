@@ -1,0 +1,130 @@
+/* Unit tests for the base layer: half floats, keyed RNG, pool, dtypes. */
+#include "test_util.h"
+#include "base/base.h"
+
+#include <math.h>
+
+static void test_f16_roundtrip_exact(void **state) {
+    (void)state;
+    sp_base_init();
+    /* Every finite half converts to float and back to the same bits. */
+    for (uint32_t h = 0; h < 65536; h++) {
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue; /* nan */
+        float f = sp_f16_to_f32((sp_f16)h);
+        assert_int_equal(sp_f32_to_f16(f), h);
+    }
+}
+
+static void test_f16_rounding(void **state) {
+    (void)state;
+    assert_int_equal(sp_f32_to_f16(1.0f), 0x3c00);
+    assert_int_equal(sp_f32_to_f16(-2.0f), 0xc000);
+    assert_int_equal(sp_f32_to_f16(65504.0f), 0x7bff);
+    assert_int_equal(sp_f32_to_f16(65520.0f), 0x7c00);  /* rounds up to inf */
+    assert_int_equal(sp_f32_to_f16(65519.0f), 0x7bff);
+    assert_int_equal(sp_f32_to_f16(1e-8f), 0x0000);     /* below half of min subnormal */
+    assert_int_equal(sp_f32_to_f16(0x1.0p-24f), 0x0001);
+    /* 1 + 2^-11 is halfway between 1 and 1+2^-10: ties to even (1.0). */
+    assert_int_equal(sp_f32_to_f16(1.0f + 0x1.0p-11f), 0x3c00);
+    /* 1 + 3*2^-11 ties to even upwards. */
+    assert_int_equal(sp_f32_to_f16(1.0f + 3 * 0x1.0p-11f), 0x3c02);
+    assert_true(isnan(sp_f16_to_f32(sp_f32_to_f16(NAN))));
+}
+
+static void test_bf16(void **state) {
+    (void)state;
+    assert_int_equal(sp_f32_to_bf16(1.0f), 0x3f80);
+    assert_true(sp_bf16_to_f32(0x3f80) == 1.0f);
+    /* ties to even */
+    union { uint32_t u; float f; } v = { .u = 0x3f808000u };
+    assert_int_equal(sp_f32_to_bf16(v.f), 0x3f80);
+    v.u = 0x3f818000u;
+    assert_int_equal(sp_f32_to_bf16(v.f), 0x3f82);
+}
+
+static void test_rng_keyed(void **state) {
+    (void)state;
+    /* Pure function of the keys, different across positions/seeds. */
+    assert_true(sp_rng_uniform(42, 7, 0) == sp_rng_uniform(42, 7, 0));
+    assert_true(sp_rng_uniform(42, 7, 0) != sp_rng_uniform(42, 8, 0));
+    assert_true(sp_rng_uniform(42, 7, 0) != sp_rng_uniform(43, 7, 0));
+    assert_true(sp_rng_uniform(42, 7, 0) != sp_rng_uniform(42, 7, 1));
+    /* Roughly uniform: mean of many draws near 0.5. */
+    double sum = 0;
+    for (int i = 0; i < 100000; i++) {
+        double u = sp_rng_uniform(1, (uint64_t)i, 0);
+        assert_true(u >= 0.0 && u < 1.0);
+        sum += u;
+    }
+    assert_true(fabs(sum / 100000 - 0.5) < 0.01);
+}
+
+static void add_fn(void *ctx, int ith, int nth) {
+    int64_t *acc = ctx;
+    int64_t lo, hi;
+    sp_split(1000, ith, nth, &lo, &hi);
+    int64_t s = 0;
+    for (int64_t i = lo; i < hi; i++) s += i;
+    __atomic_fetch_add(acc, s, __ATOMIC_SEQ_CST);
+}
+
+static void test_pool(void **state) {
+    (void)state;
+    for (int n = 1; n <= 4; n++) {
+        sp_pool *p = sp_pool_create(n);
+        assert_int_equal(sp_pool_size(p), n);
+        for (int rep = 0; rep < 200; rep++) {
+            int64_t acc = 0;
+            sp_pool_run(p, add_fn, &acc);
+            assert_int_equal(acc, 999 * 1000 / 2);
+        }
+        sp_pool_free(p);
+    }
+    assert_true(sp_physical_cores() >= 1);
+}
+
+static void test_split(void **state) {
+    (void)state;
+    for (int nth = 1; nth < 7; nth++) {
+        int64_t prev = 0;
+        for (int i = 0; i < nth; i++) {
+            int64_t lo, hi;
+            sp_split(10, i, nth, &lo, &hi);
+            assert_int_equal(lo, prev);
+            assert_true(hi >= lo);
+            prev = hi;
+        }
+        assert_int_equal(prev, 10);
+    }
+}
+
+static void test_dtype(void **state) {
+    (void)state;
+    assert_string_equal(sp_dtype_name(SP_Q4_K), "Q4_K");
+    assert_int_equal(sp_dtype_row_bytes(SP_Q4_0, 64), 36);
+    assert_int_equal(sp_dtype_row_bytes(SP_Q4_0, 33), 0);
+    assert_int_equal(sp_dtype_row_bytes(SP_Q6_K, 256), 210);
+    assert_null(sp_dtype_get(4));  /* removed Q4_2 */
+    assert_null(sp_dtype_get(1000));
+    assert_string_equal(sp_dtype_name(77), "unknown");
+}
+
+static void test_err(void **state) {
+    (void)state;
+    sp_err e;
+    assert_int_equal(sp_err_set(&e, "bad %d", 3), -1);
+    assert_string_equal(e.msg, "bad 3");
+    sp_err_prefix(&e, "file %s", "x");
+    assert_string_equal(e.msg, "file x: bad 3");
+    assert_int_equal(sp_err_set(NULL, "ignored"), -1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_roundtrip_exact), cmocka_unit_test(test_f16_rounding),
+        cmocka_unit_test(test_bf16), cmocka_unit_test(test_rng_keyed),
+        cmocka_unit_test(test_pool), cmocka_unit_test(test_split),
+        cmocka_unit_test(test_dtype), cmocka_unit_test(test_err),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
