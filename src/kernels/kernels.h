@@ -83,4 +83,16 @@ void sp_geglu(float *out, const float *gate, const float *up, int n);
 void sp_vec_add(float *y, const float *x, int n);          /* y += x */
 void sp_vec_scale(float *y, float s, int n);               /* y *= s */
 
+/* ------------------------------------------------------------------------
+ * Attention (attention.c)
+ *
+ * One query head against the cached keys/values of one KV head.  k and v
+ * point at position 0 of that head in the cache; position j of it is at
+ * k + j * stride (stride in elements).  Keys [lo, hi) are attended.
+ * scores is caller scratch of hi - lo floats.  The summation order is fixed
+ * (by key position), so a row's output does not depend on other rows.
+ * ---------------------------------------------------------------------- */
+void sp_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v, size_t stride,
+                  int head_dim, int lo, int hi, float scale, float *scores);
+
 #endif /* SP_KERNELS_H */

@@ -1,0 +1,76 @@
+/* Vector operations of a transformer layer (portable C).
+ *
+ * The arithmetic follows ggml's CPU reference where it matters for
+ * agreement with llama.cpp: RMSNorm accumulates the sum of squares in
+ * double, RoPE advances theta by repeated multiplication, softmax sums the
+ * exponentials in double.
+ */
+#include "kernels/kernels.h"
+
+#include <math.h>
+
+void sp_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    if (w) {
+        for (int i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
+    } else {
+        for (int i = 0; i < n; i++) out[i] = x[i] * scale;
+    }
+}
+
+void sp_rope(float *head, int head_dim, int n_rot, int pos, float freq_base, bool neox) {
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    float theta = (float)pos;
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        const float c = cosf(theta), s = sinf(theta);
+        const int a = neox ? i : 2 * i;
+        const int b = neox ? i + half : 2 * i + 1;
+        const float x0 = head[a], x1 = head[b];
+        head[a] = x0 * c - x1 * s;
+        head[b] = x0 * s + x1 * c;
+        theta *= theta_scale;
+    }
+    (void)head_dim; /* dims >= n_rot pass through unchanged */
+}
+
+void sp_softmax(float *x, int n) {
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float e = expf(x[i] - max);
+        x[i] = e;
+        sum += (double)e;
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void sp_swiglu(float *out, const float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        const float g = gate[i];
+        out[i] = (g / (1.0f + expf(-g))) * up[i];
+    }
+}
+
+void sp_geglu(float *out, const float *gate, const float *up, int n) {
+    /* GELU, tanh approximation (as Gemma and ggml use). */
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int i = 0; i < n; i++) {
+        const float g = gate[i];
+        const float gelu = 0.5f * g * (1.0f + tanhf(k * g * (1.0f + 0.044715f * g * g)));
+        out[i] = gelu * up[i];
+    }
+}
+
+void sp_vec_add(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += x[i];
+}
+
+void sp_vec_scale(float *y, float s, int n) {
+    for (int i = 0; i < n; i++) y[i] *= s;
+}

@@ -1,0 +1,31 @@
+/* The KV cache of one sequence. */
+#include "model/model.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+sp_kv *sp_kv_create(const sp_model *m, int n_ctx) {
+    sp_kv *kv = sp_xcalloc(1, sizeof *kv);
+    kv->n_layer = m->hp.n_layer;
+    kv->n_ctx = n_ctx;
+    kv->kv_dim = m->hp.n_head_kv * m->hp.head_dim;
+    const size_t n = (size_t)kv->n_layer * (size_t)n_ctx * (size_t)kv->kv_dim;
+    kv->k = sp_alloc_aligned(n * sizeof(sp_f16));
+    kv->v = sp_alloc_aligned(n * sizeof(sp_f16));
+    return kv;
+}
+
+void sp_kv_free(sp_kv *kv) {
+    if (!kv) return;
+    sp_free_aligned(kv->k);
+    sp_free_aligned(kv->v);
+    free(kv);
+}
+
+/* Trimming only moves the end: attention reads positions [lo, p] of the
+ * query's own position p, so entries at or beyond n are never read before a
+ * forward pass overwrites them.  That makes the trim exact. */
+void sp_kv_trim(sp_kv *kv, int n_keep) {
+    assert(n_keep >= 0 && n_keep <= kv->n);
+    kv->n = n_keep;
+}
