@@ -1,3 +1,36 @@
-#include "base/base.h"
+/* specula: command dispatch. */
+#include "cli/cli.h"
+
 #include <stdio.h>
-int main(void) { sp_base_init(); printf("specula\n"); return 0; }
+#include <string.h>
+
+#define SP_VERSION "0.1.0"
+
+static const char main_help[] =
+    "specula " SP_VERSION " - LLM inference on the CPU with lossless speculative decoding\n"
+    "\n"
+    "usage: specula COMMAND [options]\n"
+    "\n"
+    "commands:\n"
+    "  run          generate text from a prompt\n"
+    "  info         describe a model file\n"
+    "  perplexity   perplexity of a model on a text file\n"
+    "\n"
+    "'specula COMMAND --help' shows a command's options.\n"
+    "Models: smollm2-135m, gemma3-270m (fetch with scripts/fetch-models.sh) or a GGUF path.\n";
+
+int main(int argc, char **argv) {
+    sp_base_init();
+    if (argc < 2) { fputs(main_help, stderr); return SP_EXIT_USAGE; }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        fputs(main_help, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) { printf("specula %s\n", SP_VERSION); return 0; }
+    if (!strcmp(cmd, "run")) return sp_cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return sp_cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "perplexity")) return sp_cmd_perplexity(argc - 1, argv + 1);
+    fprintf(stderr, "specula: unknown command '%s'\n\n%s", cmd, main_help);
+    return SP_EXIT_USAGE;
+}

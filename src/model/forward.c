@@ -238,6 +238,7 @@ static void forward_gemma3(const sp_model *m, sp_kv *kv, sp_workspace *ws, const
 int sp_model_forward(const sp_model *m, sp_kv *kv, sp_workspace *ws, const int32_t *tokens,
                      int n, sp_logits_mode mode, float *logits, sp_err *err) {
     if (n <= 0) return sp_err_set(err, "forward: empty input");
+    if (mode != SP_LOGITS_NONE && !logits) return sp_err_set(err, "forward: no logits buffer");
     if (n > kv->n_ctx - kv->n)
         return sp_err_set(err, "forward: context full (%d + %d tokens > context size %d)", kv->n,
                           n, kv->n_ctx);

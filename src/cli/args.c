@@ -1,0 +1,94 @@
+/* Option parsing helpers with strict value checking. */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sp_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "specula %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(see 'specula %s --help')\n", cmd);
+    va_end(ap);
+    return SP_EXIT_USAGE;
+}
+
+bool sp_arg_is(sp_args *a, const char *flags) {
+    const char *arg = a->argv[a->i];
+    size_t n = strlen(arg);
+    for (const char *p = flags; *p;) {
+        const char *e = strchr(p, '|');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && memcmp(p, arg, n) == 0) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
+bool sp_arg_str(sp_args *a, const char **out) {
+    if (a->i + 1 >= a->argc) {
+        sp_usage_error(a->cmd, "option %s needs a value", a->argv[a->i]);
+        return false;
+    }
+    *out = a->argv[++a->i];
+    return true;
+}
+
+bool sp_arg_int(sp_args *a, long lo, long hi, int *out) {
+    const char *flag = a->argv[a->i], *s;
+    if (!sp_arg_str(a, &s)) return false;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        sp_usage_error(a->cmd, "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+bool sp_arg_u64(sp_args *a, uint64_t *out) {
+    const char *flag = a->argv[a->i], *s;
+    if (!sp_arg_str(a, &s)) return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') {
+        sp_usage_error(a->cmd, "%s expects a non-negative integer, got '%s'", flag, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool sp_arg_float(sp_args *a, double lo, double hi, float *out) {
+    const char *flag = a->argv[a->i], *s;
+    if (!sp_arg_str(a, &s)) return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        sp_usage_error(a->cmd, "%s expects a number in [%g, %g], got '%s'", flag, lo, hi, s);
+        return false;
+    }
+    *out = (float)v;
+    return true;
+}
+
+int sp_arg_unknown(sp_args *a) {
+    return sp_usage_error(a->cmd, "unknown option '%s'", a->argv[a->i]);
+}
+
+int sp_engine_opt(sp_args *a, sp_engine_opts *o) {
+    if (sp_arg_is(a, "-m|--model")) return sp_arg_str(a, &o->model) ? 1 : -1;
+    if (sp_arg_is(a, "-t|--threads")) return sp_arg_int(a, 1, 256, &o->threads) ? 1 : -1;
+    if (sp_arg_is(a, "-c|--ctx-size")) return sp_arg_int(a, 16, 1 << 20, &o->ctx) ? 1 : -1;
+    if (sp_arg_is(a, "-b|--batch-size")) return sp_arg_int(a, 1, 4096, &o->batch) ? 1 : -1;
+    return 0;
+}

@@ -1,0 +1,83 @@
+/*
+ * cli — the `specula` command line: one function per command, plus shared
+ * option parsing.  Exit codes: 0 success, 1 runtime failure (bad model file,
+ * I/O), 2 usage error (unknown flag, bad value).
+ */
+#ifndef SP_CLI_H
+#define SP_CLI_H
+
+#include "base/base.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "sample/sample.h"
+#include "spec/spec.h"
+#include "tokenizer/tokenizer.h"
+
+#define SP_EXIT_FAIL 1
+#define SP_EXIT_USAGE 2
+
+int sp_cmd_run(int argc, char **argv);
+int sp_cmd_info(int argc, char **argv);
+int sp_cmd_perplexity(int argc, char **argv);
+
+/* ------------------------------------------------------------------------
+ * Option parsing helpers (args.c).  Each prints "specula CMD: ..." and
+ * returns false on a bad value; callers exit with SP_EXIT_USAGE.
+ * ---------------------------------------------------------------------- */
+typedef struct sp_args {
+    const char *cmd;         /* command name for messages */
+    int argc;
+    char **argv;
+    int i;                   /* index of the current argument */
+} sp_args;
+
+/* True if argv[i] is flag (or one of its spellings separated by '|',
+ * e.g. "-n|--n-predict"); consumes it. */
+bool sp_arg_is(sp_args *a, const char *flags);
+/* Consumes and returns the value after the current flag. */
+bool sp_arg_str(sp_args *a, const char **out);
+bool sp_arg_int(sp_args *a, long lo, long hi, int *out);
+bool sp_arg_u64(sp_args *a, uint64_t *out);
+bool sp_arg_float(sp_args *a, double lo, double hi, float *out);
+/* Prints "unknown option" for argv[i]. */
+int sp_arg_unknown(sp_args *a);
+int sp_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------------
+ * Models by name or path (models.c)
+ * ---------------------------------------------------------------------- */
+/* Resolves "smollm2-135m" / "gemma3-270m" to the cached file, or returns the
+ * argument as a path.  Writes the path to buf.  On a missing file, err says
+ * how to fetch it. */
+int sp_resolve_model(const char *name_or_path, char *buf, size_t cap, sp_err *err);
+const char *sp_default_model(void);
+
+/* Common engine options shared by run / perplexity / bench. */
+typedef struct sp_engine_opts {
+    const char *model;
+    int threads;             /* 0 = physical cores */
+    int ctx;                 /* context size in tokens (0 = min(4096, trained)) */
+    int batch;               /* max rows per forward pass (prefill chunk) */
+} sp_engine_opts;
+/* Parses one common option at a->i if it is one; returns 1 consumed,
+ * 0 not a common option, -1 bad value. */
+int sp_engine_opt(sp_args *a, sp_engine_opts *o);
+#define SP_ENGINE_OPTS_HELP \
+    "  -m, --model NAME|PATH   model: smollm2-135m, gemma3-270m or a GGUF path (default smollm2-135m)\n" \
+    "  -t, --threads N         threads (default: physical cores)\n" \
+    "  -c, --ctx-size N        context size in tokens (default: min(4096, trained))\n" \
+    "  -b, --batch-size N      max tokens per forward pass (default 256)\n"
+
+/* A loaded model with its tokenizer, pool and workspace. */
+typedef struct sp_engine {
+    sp_model *model;
+    sp_tokenizer *tok;
+    sp_pool *pool;
+    sp_workspace *ws;
+    int n_ctx;
+    int threads;
+} sp_engine;
+int sp_engine_open(const sp_engine_opts *o, sp_engine *e, sp_err *err);
+void sp_engine_close(sp_engine *e);
+
+#endif /* SP_CLI_H */

@@ -1,0 +1,70 @@
+/* Model names, paths and opening an engine. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const struct { const char *name, *file; } sp_known_models[] = {
+    { "smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf" },
+    { "gemma3-270m", "gemma-3-270m-q4_k_m.gguf" },
+};
+
+const char *sp_default_model(void) { return "smollm2-135m"; }
+
+static void cache_dir(char *buf, size_t cap) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) snprintf(buf, cap, "%s/specula/models", xdg);
+    else snprintf(buf, cap, "%s/.cache/specula/models", home && *home ? home : ".");
+}
+
+int sp_resolve_model(const char *arg, char *buf, size_t cap, sp_err *err) {
+    struct stat st;
+    for (size_t i = 0; i < sizeof sp_known_models / sizeof *sp_known_models; i++) {
+        if (strcmp(arg, sp_known_models[i].name) != 0) continue;
+        char dir[3072];
+        cache_dir(dir, sizeof dir);
+        snprintf(buf, cap, "%s/%s", dir, sp_known_models[i].file);
+        if (stat(buf, &st) != 0)
+            return sp_err_set(err, "model '%s' is not downloaded (expected %s); fetch it with: "
+                              "scripts/fetch-models.sh %s", arg, buf, arg);
+        return 0;
+    }
+    snprintf(buf, cap, "%s", arg);
+    if (stat(buf, &st) != 0)
+        return sp_err_set(err, "model '%s': no such file, and not a known model name (known: "
+                          "smollm2-135m, gemma3-270m)", arg);
+    if (!S_ISREG(st.st_mode)) return sp_err_set(err, "model '%s' is not a regular file", arg);
+    return 0;
+}
+
+int sp_engine_open(const sp_engine_opts *o, sp_engine *e, sp_err *err) {
+    memset(e, 0, sizeof *e);
+    char path[4096];
+    if (sp_resolve_model(o->model ? o->model : sp_default_model(), path, sizeof path, err))
+        return -1;
+    e->model = sp_model_load(path, err);
+    if (!e->model) return -1;
+    e->tok = sp_tokenizer_load(e->model->gguf, err);
+    if (!e->tok) { sp_err_prefix(err, "%s", path); sp_engine_close(e); return -1; }
+    if (sp_tokenizer_n_vocab(e->tok) > e->model->hp.n_vocab) {
+        sp_err_set(err, "%s: tokenizer has %d tokens but the embedding only %d", path,
+                   sp_tokenizer_n_vocab(e->tok), e->model->hp.n_vocab);
+        sp_engine_close(e);
+        return -1;
+    }
+    e->threads = o->threads > 0 ? o->threads : sp_physical_cores();
+    e->n_ctx = o->ctx > 0 ? o->ctx : (e->model->hp.n_ctx_train < 4096 ? e->model->hp.n_ctx_train : 4096);
+    e->pool = sp_pool_create(e->threads);
+    e->ws = sp_workspace_create(e->model, o->batch > 0 ? o->batch : 256, e->pool);
+    return 0;
+}
+
+void sp_engine_close(sp_engine *e) {
+    sp_workspace_free(e->ws);
+    sp_pool_free(e->pool);
+    sp_tokenizer_free(e->tok);
+    sp_model_free(e->model);
+    memset(e, 0, sizeof *e);
+}
