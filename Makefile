@@ -74,10 +74,12 @@ $(O)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c -o $@ $<
 
-# The suite: release build + model tests, sanitizer build + unit tests.
+# The suite: models fetched (idempotent), release build + model tests,
+# sanitizer build + unit tests, fuzzer; ends with "N passed, N failed".
 test:
-	$(MAKE) BUILD=release all tests
-	$(MAKE) BUILD=asan all tests
+	scripts/fetch-models.sh
+	$(MAKE) -j2 BUILD=release all tests
+	$(MAKE) -j2 BUILD=asan all tests
 	tests/run.sh
 
 # libFuzzer harness for the GGUF reader.

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what specula needs to build and test on Debian (12 "bookworm" or
+# later).  Idempotent: packages already present are not reinstalled.
+set -euo pipefail
+PKGS=(build-essential pkg-config libpcre2-dev libcmocka-dev clang libclang-rt-14-dev
+      python3 python3-pip python3-venv ca-certificates)
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "setup: installing ${missing[*]}" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "setup: build dependencies present" >&2
