@@ -15,7 +15,7 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 INC      := -Iinclude -Isrc
 PCRE_LIBS := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
 LIBS     := $(PCRE_LIBS) -lpthread -lm
-TEST_LIBS := -lcmocka
+TEST_LIBS := -lcmocka -ljansson
 
 BUILD    ?= release
 ifeq ($(BUILD),release)

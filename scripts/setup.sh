@@ -2,7 +2,7 @@
 # Installs what specula needs to build and test on Debian (12 "bookworm" or
 # later).  Idempotent: packages already present are not reinstalled.
 set -euo pipefail
-PKGS=(build-essential pkg-config libpcre2-dev libcmocka-dev clang libclang-rt-14-dev
+PKGS=(build-essential pkg-config libpcre2-dev libcmocka-dev libjansson-dev clang libclang-rt-14-dev
       python3 python3-pip python3-venv ca-certificates)
 missing=()
 for p in "${PKGS[@]}"; do
