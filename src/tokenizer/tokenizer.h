@@ -64,6 +64,8 @@ int sp_tokenize(const sp_tokenizer *t, const char *text, size_t len, bool add_bo
  * length (which may exceed cap, as snprintf).  Invalid id: returns 0. */
 size_t sp_token_piece(const sp_tokenizer *t, int32_t id, bool render_special, char *buf,
                       size_t cap);
+/* Bytes of the longest token text; no piece is longer. */
+uint32_t sp_tokenizer_max_token_len(const sp_tokenizer *t);
 
 /* ------------------------------------------------------------------------
  * Incremental detokenization for streaming: feeds token ids one by one and
@@ -75,9 +77,17 @@ typedef struct sp_detok {
     int n_pending;
 } sp_detok;
 
+/* A cap for sp_detok_push/flush that always holds the released text
+ * (pending bytes + one piece, every byte possibly becoming U+FFFD, + NUL). */
+#define SP_DETOK_CAP(max_token_len) (3 * ((size_t)(max_token_len) + 4) + 1)
+
 /* Appends the piece of id to the stream; writes the text that became
  * complete to out (NUL-terminated, out must hold >= cap bytes) and returns
- * its length.  An invalid byte sequence is released as U+FFFD. */
+ * its length.  An invalid byte sequence is released as U+FFFD (one per
+ * maximal invalid subpart).  If the text does not fit in cap - 1 bytes, out
+ * holds the whole characters that fit and the return value is the full
+ * length (as snprintf); the rest is lost, so size out with SP_DETOK_CAP.
+ * Zero-initialise the sp_detok to start a stream. */
 size_t sp_detok_push(sp_detok *d, const sp_tokenizer *t, int32_t id, bool render_special,
                      char *out, size_t cap);
 /* Releases whatever is pending at the end of the stream (invalid -> U+FFFD). */
