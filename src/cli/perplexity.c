@@ -1,10 +1,12 @@
 /* specula perplexity: exp(mean negative log-likelihood) of a text.
  *
- * Method (stated so other tools can reproduce it): the text is tokenized
- * without special tokens and cut into consecutive non-overlapping chunks;
- * a chunk is [BOS] + ctx-1 text tokens when the model adds BOS, else ctx
- * text tokens.  Within a chunk every token after the first is scored given
- * all tokens before it in the chunk.  A final partial chunk is scored too.
+ * Method (llama.cpp's llama-perplexity, so the numbers compare): the text
+ * is tokenized without special tokens and cut into consecutive
+ * non-overlapping chunks of ctx tokens (a partial tail is dropped); when the
+ * model uses BOS, a chunk's first token is replaced by BOS.  Each chunk is
+ * evaluated from an empty cache and token i+1 is scored from the logits at
+ * i.  Two figures: over every token after the first of a chunk, and over
+ * the second half of each chunk only (llama-perplexity's default).
  */
 #include "cli/cli.h"
 
@@ -16,8 +18,9 @@
 static const char ppl_help[] =
     "usage: specula perplexity [options] -f FILE\n"
     "\n"
-    "Perplexity of a model on a UTF-8 text file (chunks of --ctx-size tokens, every token\n"
-    "after the first of a chunk scored; BOS starts each chunk when the model uses one).\n"
+    "Perplexity of a model on a UTF-8 text file, computed as llama.cpp's llama-perplexity:\n"
+    "chunks of --ctx-size tokens (default 512), first token of a chunk replaced by BOS when\n"
+    "the model uses one; reports all scored tokens and the second halves of chunks.\n"
     "\n"
     "options:\n"
     SP_ENGINE_OPTS_HELP
@@ -77,31 +80,37 @@ int sp_cmd_perplexity(int argc, char **argv) {
     sp_kv *kv = sp_kv_create(e.model, e.n_ctx);
     if (sp_tokenize(e.tok, text, len, false, false, &toks, &err)) goto done;
     const bool bos = sp_tokenizer_add_bos(e.tok) && sp_tokenizer_bos(e.tok) >= 0;
-    double nll = 0;
-    long scored = 0;
-    int n_chunks = 0;
+    const int C = e.n_ctx;
+    if (toks.n < C) {
+        sp_err_set(&err, "the text has %d tokens, fewer than one chunk of %d (lower -c)", toks.n, C);
+        goto done;
+    }
+    double nll = 0, nll2 = 0;
+    long scored = 0, scored2 = 0;
+    const int n_chunks = toks.n / C;
     uint64_t t0 = sp_now_ns();
-    for (int pos = 0; pos < toks.n;) {
-        int n = 0;
-        if (bos) chunk[n++] = sp_tokenizer_bos(e.tok);
-        while (n < e.n_ctx && pos < toks.n) chunk[n++] = toks.ids[pos++];
-        if (n < 2) break;
+    for (int ch = 0; ch < n_chunks; ch++) {
+        memcpy(chunk, toks.ids + (size_t)ch * C, (size_t)C * sizeof(int32_t));
+        if (bos) chunk[0] = sp_tokenizer_bos(e.tok);
         sp_kv_trim(kv, 0);
         /* rows i predict chunk[i + 1] */
-        for (int i = 0; i < n - 1; i += ROWS) {
-            int r = n - 1 - i < ROWS ? n - 1 - i : ROWS;
+        for (int i = 0; i < C - 1; i += ROWS) {
+            int r = C - 1 - i < ROWS ? C - 1 - i : ROWS;
             if (sp_model_forward(e.model, kv, e.ws, chunk + i, r, SP_LOGITS_ALL, logits, &err)) goto done;
-            for (int j = 0; j < r; j++) nll -= log_prob(logits + (size_t)j * V, V, chunk[i + j + 1]);
-            scored += r;
+            for (int j = 0; j < r; j++) {
+                double l = -log_prob(logits + (size_t)j * V, V, chunk[i + j + 1]);
+                nll += l;
+                scored++;
+                if (i + j >= C / 2) { nll2 += l; scored2++; }
+            }
         }
-        n_chunks++;
-        fprintf(stderr, "\rchunk %d: perplexity so far %.4f", n_chunks, exp(nll / (double)scored));
+        fprintf(stderr, "\rchunk %d/%d: perplexity so far %.4f", ch + 1, n_chunks, exp(nll / (double)scored));
     }
     fprintf(stderr, "\n");
-    if (!scored) { sp_err_set(&err, "the text is too short to score"); goto done; }
     double secs = sp_ns_to_s(sp_now_ns() - t0);
-    printf("perplexity: %.4f over %ld scored tokens (%d chunks of up to %d tokens, %s) in %.1f s\n",
-           exp(nll / (double)scored), scored, n_chunks, e.n_ctx, bos ? "BOS first" : "no BOS", secs);
+    printf("perplexity: %.4f over %ld tokens, second halves %.4f over %ld tokens "
+           "(%d chunks of %d, %s, %.1f s)\n", exp(nll / (double)scored), scored,
+           exp(nll2 / (double)scored2), scored2, n_chunks, C, bos ? "BOS first" : "no BOS", secs);
     rc = 0;
 done:
     if (rc) fprintf(stderr, "specula perplexity: %s\n", err.msg);
