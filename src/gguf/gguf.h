@@ -9,6 +9,22 @@
  * a bad file gets an error that names the problem and where it is, never a
  * crash or an out-of-bounds read.  After a successful open every accessor
  * below is safe: all pointers it returns are inside the mapping.
+ *
+ * What a file must satisfy to open (anything else is an error):
+ *   - magic "GGUF", little-endian, version 2 or 3;
+ *   - metadata keys non-empty, free of NUL bytes, unique; value types known;
+ *     BOOL values (scalar or array) are 0 or 1; arrays nest at most 8 deep;
+ *     strings may hold any bytes;
+ *   - general.alignment, if present, a UINT32 non-zero power of two
+ *     (default 32); tensor data starts at the end of the tensor infos
+ *     rounded up to it;
+ *   - tensor names non-empty and unique; n_dims 1..4; every dim >= 1;
+ *     element count <= INT64_MAX; type in the dtype table (base.h) with
+ *     ne[0] a multiple of its block size; offset a multiple of the
+ *     alignment; data inside the file; no two tensors' data overlapping.
+ * Errors read "gguf: [path: ]<truncated file|invalid file>: <where>: <what>
+ * (offset N)", where <where> names the metadata key or tensor by index and
+ * name (names escaped: non-printable bytes as \xNN).
  */
 #ifndef SP_GGUF_H
 #define SP_GGUF_H
