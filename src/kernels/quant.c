@@ -189,15 +189,21 @@ static inline void sp_q4_1_unpack(const sp_blk_q4_1 *b, int8_t q[32]) {
         q[j + 16] = (int8_t)(b->qs[j] >> 4);
     }
 }
-/* Five-bit values 0..31: low nibble from qs, bit j of qh is the high bit
- * of element j. */
+/* Five-bit values 0..31 minus off: low nibble from qs, bit j of the
+ * little-endian 32-bit qh is the high bit of element j.  The bit test is
+ * written against a table of 16-bit masks so that the compiler vectorizes
+ * it (building the high bits in a byte array with scalar stores would stall
+ * the vector loads of the dot that follows). */
+static const uint16_t sp_q_bit[16] = {
+    1u << 0, 1u << 1, 1u << 2,  1u << 3,  1u << 4,  1u << 5,  1u << 6,  1u << 7,
+    1u << 8, 1u << 9, 1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15,
+};
 static inline void sp_q5_unpack(const uint8_t qs[16], const uint8_t qh4[4], int off, int8_t q[32]) {
-    uint32_t qh;
-    memcpy(&qh, qh4, 4);
-    for (int j = 0; j < 16; j++) {
-        q[j] = (int8_t)(((qs[j] & 15) | (((qh >> j) & 1) << 4)) - off);
-        q[j + 16] = (int8_t)(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off);
-    }
+    const uint16_t h0 = (uint16_t)(qh4[0] | (qh4[1] << 8)), h1 = (uint16_t)(qh4[2] | (qh4[3] << 8));
+    for (int j = 0; j < 16; j++)
+        q[j] = (int8_t)(((qs[j] & 15) | ((h0 & sp_q_bit[j]) ? 16 : 0)) - off);
+    for (int j = 0; j < 16; j++)
+        q[j + 16] = (int8_t)(((qs[j] >> 4) | ((h1 & sp_q_bit[j]) ? 16 : 0)) - off);
 }
 static inline void sp_q4_K_unpack(const sp_blk_q4_K *b, int8_t q[256]) {
     for (int c = 0; c < 4; c++) {
