@@ -7,10 +7,29 @@
  *   "llama" SentencePiece (Gemma 3): "▁" for spaces, score-ordered bigram
  *           merges, <0xXX> byte fallback, optional space prefix.
  * Special tokens (control / user-defined in `tokenizer.ggml.token_type`) are
- * matched in the text first when parse_special is set, as llama.cpp does.
+ * matched in the text first, as llama.cpp does: user-defined tokens always
+ * (Gemma's "\n", "\n\n", runs of spaces and tabs, HTML tags), control
+ * tokens only when parse_special is set; longer texts win.
+ *
+ * The reference is llama.cpp (llama-vocab.cpp, unicode.cpp): ids, pieces and
+ * the end-of-generation set match it exactly on the test models (see
+ * tests/model/test_tokenizer_real.c and the golden data in tests/data/).
+ * That includes its text-based rules: tokens such as "<|im_end|>",
+ * "<end_of_turn>", "<|endoftext|>", "<eos>", "</s>", FIM tokens, ... end
+ * generation and count as control tokens.
+ *
+ * BPE pre-tokenizers (tokenizer.ggml.pre): "smollm" (and starcoder, refact,
+ * command-r, codeshell, exaone, minerva-7b), "gpt2"/"gpt-2" (phi-2, mpt, olmo,
+ * jais), "default" (also used, with a notice, when the key is absent),
+ * "llama3"/"llama-bpe" (llama-v3, falcon3) and "qwen2" (deepseek-r1-qwen,
+ * stablelm2, megrez).  Any other value is a load error that lists these:
+ * a wrong pre-tokenizer silently degrades a model, so it is refused.
+ * smollm, gpt2 and default are checked against llama.cpp; llama3 and qwen2
+ * use llama.cpp's regular expressions but have no golden data yet.
  *
  * The vocabulary strings are borrowed from the sp_gguf mapping: the gguf
- * handle must outlive the tokenizer.
+ * handle must outlive the tokenizer.  A loaded tokenizer is read-only:
+ * every function below may be called from several threads at once.
  */
 #ifndef SP_TOKENIZER_H
 #define SP_TOKENIZER_H
@@ -32,7 +51,12 @@ void sp_tokens_free(sp_tokens *t);
 typedef enum sp_tok_kind { SP_TOK_BPE, SP_TOK_SPM } sp_tok_kind;
 
 /* Loads the vocabulary; NULL + err if the metadata is missing, inconsistent
- * (array lengths differ, ids out of range) or of an unsupported kind. */
+ * (array lengths differ, duplicate token texts, BOS/EOS/UNK ids out of
+ * range) or of an unsupported kind or pre-tokenizer.  Other special ids out
+ * of range (a padding id equal to the vocabulary size, seen in converted
+ * files) are dropped with a notice, as llama.cpp does.  Defaults when keys
+ * are absent: SPM bos 1, eos 2, unk 0, add_bos and add_space_prefix true;
+ * BPE no bos/eos/unk, add_bos false. */
 sp_tokenizer *sp_tokenizer_load(const sp_gguf *g, sp_err *err);
 void sp_tokenizer_free(sp_tokenizer *t);
 
@@ -52,16 +76,21 @@ bool sp_tokenizer_is_control(const sp_tokenizer *t, int32_t id);
 
 /* Appends the ids of text[0..len) to out.  add_bos prepends BOS (if the
  * vocabulary has one); parse_special recognises control-token texts such as
- * "<|im_start|>" in the text.  Returns 0, or -1 + err (e.g. invalid input
- * for the vocabulary).  Invalid UTF-8 is tokenized as bytes, never rejected
- * silently. */
+ * "<|im_start|>" in the text.  Returns 0, or -1 + err (e.g. a byte the
+ * vocabulary cannot represent).  Invalid UTF-8 is never rejected: SPM
+ * tokenizes it as <0xXX> byte tokens (the bytes survive a round trip); BPE,
+ * like llama.cpp, reads each invalid byte as U+FFFD (EF BF BD).  Text may
+ * contain NUL bytes. */
 int sp_tokenize(const sp_tokenizer *t, const char *text, size_t len, bool add_bos,
                 bool parse_special, sp_tokens *out, sp_err *err);
 
 /* The bytes a token stands for (byte-level BPE decoded, "▁" -> " ",
- * <0xXX> -> that byte).  Control tokens give their text only if
- * render_special.  Writes up to cap bytes (no NUL) and returns the full
- * length (which may exceed cap, as snprintf).  Invalid id: returns 0. */
+ * <0xXX> -> that byte; user-defined tokens as their text).  Control and
+ * unknown tokens give their text only if render_special; unused/undefined
+ * tokens give nothing.  Writes up to cap bytes (no NUL; buf may be NULL if
+ * cap is 0) and returns the full length (which may exceed cap, as
+ * snprintf).  Invalid id: returns 0.  No leading space is stripped (the
+ * SPM add_space_prefix space shows as a leading " "). */
 size_t sp_token_piece(const sp_tokenizer *t, int32_t id, bool render_special, char *buf,
                       size_t cap);
 /* Bytes of the longest token text; no piece is longer. */
@@ -108,17 +137,28 @@ typedef struct sp_chat_msg {
     const char *content;
 } sp_chat_msg;
 
+/* A template containing "<|im_start|>" is CHATML, one containing
+ * "<start_of_turn>" GEMMA, any other template NONE; without a template,
+ * architectures gemma, gemma2 and gemma3 are GEMMA, the rest NONE. */
 sp_chat_format sp_chat_detect(const sp_gguf *g);
-const char *sp_chat_format_name(sp_chat_format f);
+const char *sp_chat_format_name(sp_chat_format f);   /* "none", "chatml", "gemma" */
 /* Renders messages (and, if add_generation_prompt, the opening of the
- * assistant turn) into a newly malloc'd string owned by the caller.  Unknown
- * roles or a format of NONE give -1 + err.  default_system, if not NULL, is
- * inserted when the first message is not a system message (SmolLM2's
- * template does this). */
+ * assistant turn) into a newly malloc'd string owned by the caller (*out is
+ * NULL on error).  BOS is not part of the text.  Roles other than system,
+ * user and assistant, a NULL role/content, or a format of NONE give -1 +
+ * err.  default_system, if not NULL, is used when there are messages and
+ * the first is not a system message (SmolLM2's template does this).
+ * GEMMA follows Gemma 3's template: a system message may only come first
+ * and is prepended to the first user turn as "{system}\n\n"; contents are
+ * trimmed of surrounding whitespace; after it, roles must alternate
+ * user/assistant starting with user (else -1 + err). */
 int sp_chat_render(sp_chat_format f, const sp_chat_msg *msgs, int n_msgs,
                    bool add_generation_prompt, const char *default_system, char **out,
                    sp_err *err);
-/* The default system prompt the file's template inserts, or NULL. */
+/* The default system prompt the file's template inserts when the first
+ * message is not a system one (a literal "<|im_start|>system\n...<|im_end|>"
+ * guarded by "!= 'system'"), copied into buf; NULL if there is none or it
+ * does not fit in cap bytes with its NUL. */
 const char *sp_chat_default_system(const sp_gguf *g, char *buf, size_t cap);
 
 #endif /* SP_TOKENIZER_H */

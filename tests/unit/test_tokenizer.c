@@ -150,11 +150,12 @@ static char *roundtrip(const vocab *v, const char *s, size_t len, bool special) 
  * ids 0..2 control tokens, 3..258 the 256 GPT-2 byte images, then merged
  * tokens.  Merge ranks are chosen so that the order matters:
  *   "b c" (0) before "a b" (1): "abc" -> a + bc -> abc
- *   "x y" (3) before "y z" (4): "xyz" -> xy + z
+ *   "x y" (3) before "y z" (4): "xyz" -> xy + z  (although "xyz" is a token:
+ *   only llama3's ignore_merges takes a whole-word token as is)
  * ---------------------------------------------------------------------- */
 static const char *const BPE_MERGED[] = { "bc", "ab", "abc", "xy", "yz", "12", "Ġw", "Ġwo", "or",
                                           "ld", "Ġwor", "Ġworld", "he", "ll", "hell", "hello",
-                                          "ĠĠ", NULL };
+                                          "ĠĠ", "xyz", NULL };
 static const char *const BPE_MERGES[] = { "b c", "a b", "a bc", "x y", "y z", "1 2", "Ġ w",
                                           "Ġw o", "o r", "l d", "Ġwo r", "Ġwor ld", "h e", "l l",
                                           "he ll", "hell o", "Ġ Ġ", NULL };
@@ -245,6 +246,17 @@ static void test_bpe_pretokenizers(void **state) {
     assert_string_equal(sp_tokenizer_kind_name(v.t), "gpt2 (BPE, pre=default)");
     EXPECT(&v, "12", false, "12");
     EXPECT(&v, "ab!!", false, "ab", "!", "!");
+    vocab_close(&v);
+    /* llama3: numbers in groups of three; a word that is a token skips merging */
+    assert_true(bpe_vocab(&v, (bpe_opts){ .pre = "llama-bpe" }));
+    EXPECT(&v, "1234567", false, "12", "3", "4", "5", "6", "7");
+    EXPECT(&v, "xyz", false, "xyz");
+    EXPECT(&v, "hello world", false, "hello", "Ġworld");
+    vocab_close(&v);
+    /* qwen2: single digits */
+    assert_true(bpe_vocab(&v, (bpe_opts){ .pre = "qwen2" }));
+    EXPECT(&v, "1234", false, "1", "2", "3", "4");
+    EXPECT(&v, "xyz", false, "xy", "z");
     vocab_close(&v);
 }
 
