@@ -21,6 +21,7 @@ run_one() { # name command...
     local name="$1"; shift
     [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && return
     local log="tests/artifacts/$name.log" t0=$SECONDS
+    mkdir -p "$(dirname "$log")"
     "$@" > "$log" 2>&1
     local rc=$?
     local ok nok

@@ -25,6 +25,7 @@ static const char ppl_help[] =
     "options:\n"
     SP_ENGINE_OPTS_HELP
     "  -f, --file PATH         the text\n"
+    "      --chunks N          score only the first N chunks\n"
     "  -h, --help              this help\n";
 
 /* log-softmax of logits at `target`, computed in double. */
@@ -40,6 +41,7 @@ int sp_cmd_perplexity(int argc, char **argv) {
     sp_engine_opts eo = { 0 };
     eo.ctx = 512;
     const char *file = NULL;
+    int max_chunks = 0;
     sp_args a = { "perplexity", argc, argv, 1 };
     for (; a.i < argc; a.i++) {
         int c = sp_engine_opt(&a, &eo);
@@ -47,6 +49,7 @@ int sp_cmd_perplexity(int argc, char **argv) {
         if (c > 0) continue;
         if (sp_arg_is(&a, "-h|--help")) { fputs(ppl_help, stdout); return 0; }
         else if (sp_arg_is(&a, "-f|--file")) { if (!sp_arg_str(&a, &file)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--chunks")) { if (!sp_arg_int(&a, 1, 1 << 20, &max_chunks)) return SP_EXIT_USAGE; }
         else return sp_arg_unknown(&a);
     }
     if (!file) return sp_usage_error("perplexity", "no text: use -f FILE");
@@ -87,7 +90,8 @@ int sp_cmd_perplexity(int argc, char **argv) {
     }
     double nll = 0, nll2 = 0;
     long scored = 0, scored2 = 0;
-    const int n_chunks = toks.n / C;
+    int n_chunks = toks.n / C;
+    if (max_chunks && n_chunks > max_chunks) n_chunks = max_chunks;
     uint64_t t0 = sp_now_ns();
     for (int ch = 0; ch < n_chunks; ch++) {
         memcpy(chunk, toks.ids + (size_t)ch * C, (size_t)C * sizeof(int32_t));

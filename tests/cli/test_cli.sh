@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# End-to-end tests of the specula command line (release build), TAP output.
+cd "$(dirname "$0")/../.."
+BIN=build/release/specula
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+check() { # name condition-command...
+    local name="$1"; shift
+    if "$@"; then ok "$name"; else not_ok "$name"; fi
+}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+# usage errors exit 2 with a clear message
+"$BIN" >/dev/null 2>&1; check "no command exits 2" test $? -eq 2
+"$BIN" frobnicate >/dev/null 2>"$tmp/e"; rc=$?
+check "unknown command exits 2 and says so" bash -c "[ $rc -eq 2 ] && grep -q \"unknown command 'frobnicate'\" $tmp/e"
+"$BIN" run --bogus -p x >/dev/null 2>"$tmp/e"; rc=$?
+check "unknown flag exits 2" bash -c "[ $rc -eq 2 ] && grep -q \"unknown option '--bogus'\" $tmp/e"
+"$BIN" run -p x -n abc >/dev/null 2>"$tmp/e"; rc=$?
+check "non-numeric -n exits 2" bash -c "[ $rc -eq 2 ] && grep -q 'expects an integer' $tmp/e"
+"$BIN" run -p x --temp -1 >/dev/null 2>"$tmp/e"; rc=$?
+check "negative temperature exits 2" bash -c "[ $rc -eq 2 ] && grep -q -- '--temp expects a number' $tmp/e"
+"$BIN" run -p x --top-p 1.5 >/dev/null 2>&1; check "top-p > 1 exits 2" test $? -eq 2
+"$BIN" run -p >/dev/null 2>"$tmp/e"; rc=$?
+check "missing value exits 2" bash -c "[ $rc -eq 2 ] && grep -q 'needs a value' $tmp/e"
+"$BIN" run >/dev/null 2>"$tmp/e"; rc=$?
+check "missing prompt exits 2" bash -c "[ $rc -eq 2 ] && grep -q 'no prompt' $tmp/e"
+for c in run info perplexity; do
+    "$BIN" $c --help > "$tmp/h" 2>&1; rc=$?
+    check "$c --help exits 0 and prints usage" bash -c "[ $rc -eq 0 ] && grep -q 'usage: specula $c' $tmp/h"
+done
+"$BIN" --help > "$tmp/h"; check "--help lists commands" grep -q "perplexity" "$tmp/h"
+
+# runtime errors exit 1 with a message naming the problem
+"$BIN" info -m /nonexistent.gguf >/dev/null 2>"$tmp/e"; rc=$?
+check "missing model file exits 1" bash -c "[ $rc -eq 1 ] && grep -q 'no such file' $tmp/e"
+XDG_CACHE_HOME="$tmp/empty" "$BIN" info -m gemma3-270m >/dev/null 2>"$tmp/e"; rc=$?
+check "model not downloaded says how to fetch" bash -c "[ $rc -eq 1 ] && grep -q 'scripts/fetch-models.sh gemma3-270m' $tmp/e"
+head -c 100 /dev/urandom > "$tmp/bad.gguf"
+"$BIN" info -m "$tmp/bad.gguf" >/dev/null 2>"$tmp/e"; rc=$?
+check "garbage file exits 1 with a gguf error" bash -c "[ $rc -eq 1 ] && grep -qi 'gguf' $tmp/e"
+
+# info
+"$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
+check "info smollm2: llama, 30 layers, BPE, chatml" bash -c "grep -q 'architecture:  llama' $tmp/i && grep -q 'layers:        30' $tmp/i && grep -q 'gpt2' $tmp/i && grep -q 'chatml' $tmp/i"
+"$BIN" info -m gemma3-270m > "$tmp/i" 2>&1
+check "info gemma3: gemma3, 18 layers, sliding window, gemma template" bash -c "grep -q 'architecture:  gemma3' $tmp/i && grep -q 'layers:        18' $tmp/i && grep -q 'window 512' $tmp/i && grep -q 'chat template: gemma' $tmp/i"
+
+# run: greedy is deterministic and stats go to stderr
+"$BIN" run -m smollm2-135m -p "The capital of France is" -n 12 --temp 0 > "$tmp/o1" 2>"$tmp/s1"
+"$BIN" run -m smollm2-135m -p "The capital of France is" -n 12 --temp 0 -t 1 > "$tmp/o2" 2>/dev/null
+check "greedy run prints text" grep -q "Paris" "$tmp/o1"
+check "greedy output identical with 1 and 2 threads" cmp -s "$tmp/o1" "$tmp/o2"
+check "stats on stderr" bash -c "grep -q 'prompt: 5 tokens, prefill' $tmp/s1 && grep -q 'generated: 12 tokens, decode' $tmp/s1"
+"$BIN" run -m smollm2-135m -p "Once upon a time" -n 16 --temp 0.9 --seed 42 > "$tmp/a" 2>/dev/null
+"$BIN" run -m smollm2-135m -p "Once upon a time" -n 16 --temp 0.9 --seed 42 > "$tmp/b" 2>/dev/null
+"$BIN" run -m smollm2-135m -p "Once upon a time" -n 16 --temp 0.9 --seed 43 > "$tmp/c" 2>/dev/null
+check "same seed, same text" cmp -s "$tmp/a" "$tmp/b"
+check "other seed, other text" bash -c "! cmp -s $tmp/a $tmp/c"
+"$BIN" run -m smollm2-135m -p "1, 2, 3, 4," -n 30 --temp 0 --stop " 7" > "$tmp/o" 2>/dev/null
+check "stop string ends output before it" bash -c "grep -q '6,' $tmp/o && ! grep -q ' 7' $tmp/o"
+"$BIN" run -m smollm2-135m --chat -p "What is 2+2?" -n 40 --temp 0 > "$tmp/o" 2>"$tmp/s"
+check "chat run answers and stops at end of turn" bash -c "grep -q '4' $tmp/o && grep -q 'finish: stop' $tmp/s"
+"$BIN" run -m gemma3-270m -p "The capital of France is" -n 8 --temp 0 > "$tmp/o" 2>/dev/null
+check "gemma3 greedy run (llama.cpp: \" the capital of the country of France\")" grep -q "the capital of the country" "$tmp/o"
+printf 'The capital of France is' > "$tmp/p.txt"
+"$BIN" run -m smollm2-135m -f "$tmp/p.txt" -n 12 --temp 0 > "$tmp/o3" 2>/dev/null
+check "prompt from file equals -p" cmp -s "$tmp/o1" "$tmp/o3"
+
+# perplexity on the first chunk, against llama.cpp's value (tests/data/perplexity-reference.json)
+ref_chunk0() { python3 -c "import json,sys; d=json.load(open('tests/data/perplexity-reference.json')); print([m for m in d['models'] if m['key']==sys.argv[1]][0]['chunks'][0]['ppl'])" "$1"; }
+for m in smollm2-135m gemma3-270m; do
+    got=$("$BIN" perplexity -m $m -f tests/data/perplexity.txt --chunks 1 2>/dev/null | sed -n 's/^perplexity: \([0-9.]*\) .*/\1/p')
+    want=$(ref_chunk0 $m)
+    check "perplexity $m chunk 0 within 2% of llama.cpp ($got vs $want)" python3 -c "import sys; g,w=float('$got' or 'nan'),float('$want'); sys.exit(0 if abs(g-w)/w < 0.02 else 1)"
+done
+echo "1..$n"
