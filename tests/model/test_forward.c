@@ -93,7 +93,7 @@ static void test_kv_trim_exact(void **state) {
     int32_t t[30], junk[8];
     tokens(t, 30, V);
     for (int i = 0; i < 8; i++) junk[i] = (t[i] * 7 + 3) % V;
-    float *a = malloc((size_t)4 * V * sizeof(float)), *b = malloc((size_t)4 * V * sizeof(float));
+    float *a = malloc((size_t)8 * V * sizeof(float)), *b = malloc((size_t)4 * V * sizeof(float));
     sp_err err;
     sp_workspace *ws = sp_workspace_create(m, 32, f->pool);
     sp_kv *kv1 = sp_kv_create(m, 64), *kv2 = sp_kv_create(m, 64);
