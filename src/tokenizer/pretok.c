@@ -175,7 +175,8 @@ static int pt_split_span(const pcre2_code *re, pcre2_match_data *md, const pt_su
             return sp_err_set(err, "pre-tokenizer: regex match failed: %s", (const char *)msg);
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        if (ov[1] == ov[0]) { /* empty match: step over one character */
+        if (ov[1] == ov[0]) { /* empty match (no pattern here has one): step over a character */
+            if (ov[0] >= len) break;
             pos = ov[0] + sp_utf8_len((unsigned char)subj[ov[0]]);
             continue;
         }

@@ -272,10 +272,9 @@ static void vc_mark_eog(sp_tokenizer *t, int32_t id) {
     if (id >= 0) t->eog[id] = 1;
 }
 
-/* The end-of-generation set and the attribute fix-ups, in llama.cpp's order
- * (llama_vocab::impl::load).  EOG texts become control tokens: they are
- * then parsed only with parse_special and not rendered unless asked. */
-static void vc_eog(sp_tokenizer *t) {
+/* Text-based detection of EOT / EOM / FIM tokens the file does not name,
+ * and of unused control tokens ("<unused12>"). */
+static void vc_detect_all(sp_tokenizer *t) {
     vc_detect(t, &t->eot, EOT_NAMES);
     vc_detect(t, &t->eom, EOM_NAMES);
     vc_detect(t, &t->fim_pre, FIM_PRE_NAMES);
@@ -284,9 +283,38 @@ static void vc_eog(sp_tokenizer *t) {
     vc_detect(t, &t->fim_pad, FIM_PAD_NAMES);
     vc_detect(t, &t->fim_rep, FIM_REP_NAMES);
     vc_detect(t, &t->fim_sep, FIM_SEP_NAMES);
-    for (int32_t i = 0; i < t->n_vocab; i++) /* control tokens named "unused" */
+    for (int32_t i = 0; i < t->n_vocab; i++)
         if ((t->attr[i] & SP_TA_CONTROL) && memmem(t->text[i], t->len[i], "unused", 6))
             t->attr[i] |= SP_TA_UNUSED;
+}
+
+/* Exceptions llama.cpp makes for particular vocabularies. */
+static void vc_exceptions(sp_tokenizer *t) {
+    /* harmony-style vocabularies: <|end|> ends a message, not generation */
+    int32_t ret = vc_find(t, "<|return|>"), call = vc_find(t, "<|call|>");
+    int32_t calls = vc_find(t, "<|calls|>"), flush = vc_find(t, "<|flush|>");
+    int32_t end = vc_find(t, "<|end|>");
+    bool has_call = (call >= 0 && t->eog[call]) || (calls >= 0 && t->eog[calls]);
+    if (end >= 0 && t->eog[end] && has_call &&
+        ((ret >= 0 && t->eog[ret]) || (flush >= 0 && t->eog[flush]))) {
+        t->eog[end] = 0;
+        t->attr[end] = SP_TA_USER;
+    }
+    /* vocabularies with <|tool_response>: </s> is ordinary text */
+    int32_t tr = vc_find(t, "<|tool_response>"), s = vc_find(t, "</s>");
+    if (tr >= 0 && s >= 0 && t->eog[tr] && t->eog[s]) {
+        t->eog[s] = 0;
+        t->attr[s] = SP_TA_NORMAL;
+    }
+}
+
+/* The end-of-generation set and the attribute fix-ups, in llama.cpp's order
+ * (llama_vocab::impl::load).  EOG texts become control tokens: they are
+ * then parsed only with parse_special and not rendered unless asked.  On
+ * Gemma 3 this makes "</s>" (an HTML tag there) a control EOG token too,
+ * exactly as the reference does. */
+static void vc_eog(sp_tokenizer *t) {
+    vc_detect_all(t);
     vc_mark_eog(t, t->fim_pad);
     vc_mark_eog(t, t->fim_rep);
     vc_mark_eog(t, t->fim_sep);
@@ -305,21 +333,7 @@ static void vc_eog(sp_tokenizer *t) {
     vc_mark_eog(t, t->eos);
     vc_mark_eog(t, t->eot);
     vc_mark_eog(t, t->eom);
-    /* harmony-style vocabularies: <|end|> ends a message, not generation */
-    int32_t ret = vc_find(t, "<|return|>"), call = vc_find(t, "<|call|>"), calls = vc_find(t, "<|calls|>");
-    int32_t flush = vc_find(t, "<|flush|>"), end = vc_find(t, "<|end|>");
-    bool has_call = (call >= 0 && t->eog[call]) || (calls >= 0 && t->eog[calls]);
-    if (end >= 0 && t->eog[end] && has_call &&
-        ((ret >= 0 && t->eog[ret]) || (flush >= 0 && t->eog[flush]))) {
-        t->eog[end] = 0;
-        t->attr[end] = SP_TA_USER;
-    }
-    /* vocabularies with <|tool_response>: </s> is ordinary text */
-    int32_t tr = vc_find(t, "<|tool_response>"), s = vc_find(t, "</s>");
-    if (tr >= 0 && s >= 0 && t->eog[tr] && t->eog[s]) {
-        t->eog[s] = 0;
-        t->attr[s] = SP_TA_NORMAL;
-    }
+    vc_exceptions(t);
 }
 
 static int vc_cmp_u32_desc(const void *a, const void *b) {
