@@ -51,11 +51,14 @@ static int32_t *tk_partition(const sp_tokenizer *t, const char *text, size_t n, 
     return match;
 }
 
-static int tk_raw(const sp_tokenizer *t, const char *text, size_t len, bool after_special,
-                  sp_tokens *out, sp_err *err) {
+/* One stretch of raw text.  Every stretch is either the first or follows a
+ * special token, and llama.cpp prefixes both with a space when the SPM
+ * vocabulary asks for add_space_prefix. */
+static int tk_raw(const sp_tokenizer *t, const char *text, size_t len, sp_tokens *out,
+                  sp_err *err) {
     if (len == 0) return 0;
     if (t->kind == SP_TOK_BPE) return sp_bpe_tokenize(t, text, len, out, err);
-    return sp_spm_tokenize(t, text, len, t->add_space_prefix && after_special, out, err);
+    return sp_spm_tokenize(t, text, len, t->add_space_prefix, out, err);
 }
 
 int sp_tokenize(const sp_tokenizer *t, const char *text, size_t len, bool add_bos,
@@ -65,17 +68,15 @@ int sp_tokenize(const sp_tokenizer *t, const char *text, size_t len, bool add_bo
     if (len == 0) return 0;
     int32_t *match = tk_partition(t, text, len, parse_special);
     size_t raw = 0, p = 0;
-    bool after_special = true; /* llama.cpp: the first fragment counts as after a special */
     int rc = 0;
     while (match && p < len && rc == 0) {
         if (match[p] < 0) { p++; continue; }
-        rc = tk_raw(t, text + raw, p - raw, after_special, out, err);
+        rc = tk_raw(t, text + raw, p - raw, out, err);
         sp_tokens_push(out, match[p]);
-        after_special = true;
         p += t->len[match[p]];
         raw = p;
     }
-    if (rc == 0) rc = tk_raw(t, text + raw, len - raw, after_special, out, err);
+    if (rc == 0) rc = tk_raw(t, text + raw, len - raw, out, err);
     free(match);
     if (rc) sp_err_prefix(err, "tokenize");
     return rc;

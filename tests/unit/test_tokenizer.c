@@ -408,6 +408,9 @@ static void test_spm_merges_by_score(void **state) {
     /* add_space_prefix: a leading ▁ */
     assert_true(spm_vocab(&v, (spm_opts){ .prefix = true }));
     EXPECT(&v, "ab", false, LB "ab");
+    /* ... also after each special token, as llama.cpp does */
+    EXPECT(&v, "ab<start_of_turn>ab", true, LB "ab", "<start_of_turn>", LB "ab");
+    EXPECT(&v, "<start_of_turn>ab", true, "<start_of_turn>", LB "ab");
     vocab_close(&v);
 }
 
