@@ -30,6 +30,10 @@ static const char run_help[] =
     "      --seed S            sampling seed (default: random, printed)\n"
     "      --stop TEXT         stop when TEXT is generated (repeatable)\n"
     "      --ignore-eos        keep generating after end-of-generation tokens\n"
+    "      --spec METHOD       speculative decoding: none (default) or ngram\n"
+    "      --draft-max N|adaptive  draft tokens per round (default: adaptive)\n"
+    "      --ngram-min N       shortest suffix n-gram to match (default 1)\n"
+    "      --ngram-max N       longest suffix n-gram to match (default 3)\n"
     "  -q, --quiet             no statistics on stderr\n"
     "  -h, --help              this help\n";
 
@@ -83,7 +87,8 @@ static bool check_stops(run_state *r) {
     return false;
 }
 
-static sp_emit_result on_token(void *ud, int32_t tok) {
+static sp_emit_result on_token(void *ud, int32_t tok, bool drafted) {
+    (void)drafted;
     run_state *r = ud;
     if (!r->ignore_eos && sp_tokenizer_is_eog(r->tok, tok)) return SP_EMIT_STOP;
     char buf[512];
@@ -120,6 +125,9 @@ int sp_cmd_run(int argc, char **argv) {
     const char *prompt = NULL, *file = NULL, *system = NULL;
     bool chat = false, quiet = false, seed_set = false;
     int n_predict = 128;
+    const char *spec = "none";
+    int draft_max = SP_DRAFT_ADAPTIVE;
+    sp_drafter_opts dopts = { 0 };
     run_state r = { 0 };
     sp_args a = { "run", argc, argv, 1 };
     for (; a.i < argc; a.i++) {
@@ -142,6 +150,13 @@ int sp_cmd_run(int argc, char **argv) {
         else if (sp_arg_is(&a, "--repeat-last-n")) { if (!sp_arg_int(&a, -1, 1 << 20, &sp.repeat_last_n)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--presence-penalty")) { if (!sp_arg_float(&a, -100, 100, &sp.presence_penalty)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--frequency-penalty")) { if (!sp_arg_float(&a, -100, 100, &sp.frequency_penalty)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--spec")) { if (!sp_arg_str(&a, &spec)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--draft-max")) {
+            if (a.i + 1 < argc && !strcmp(argv[a.i + 1], "adaptive")) { a.i++; draft_max = SP_DRAFT_ADAPTIVE; }
+            else if (!sp_arg_int(&a, 0, SP_MAX_DRAFT, &draft_max)) return SP_EXIT_USAGE;
+        }
+        else if (sp_arg_is(&a, "--ngram-min")) { if (!sp_arg_int(&a, 1, 64, &dopts.ngram_min)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--ngram-max")) { if (!sp_arg_int(&a, 1, 64, &dopts.ngram_max)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--seed")) { if (!sp_arg_u64(&a, &sp.seed)) return SP_EXIT_USAGE; seed_set = true; }
         else if (sp_arg_is(&a, "--stop")) {
             const char *s;
@@ -155,6 +170,11 @@ int sp_cmd_run(int argc, char **argv) {
     if (!prompt && !file) return sp_usage_error("run", "no prompt: use -p TEXT or -f FILE");
     if (prompt && file) return sp_usage_error("run", "use either -p or -f, not both");
     if (system && !chat) return sp_usage_error("run", "--system needs --chat");
+    sp_drafter *drafter = NULL;
+    if (strcmp(spec, "none") != 0) {
+        sp_err derr;
+        if (!(drafter = sp_drafter_create(spec, &dopts, &derr))) return sp_usage_error("run", "--spec: %s", derr.msg);
+    }
     if (!seed_set) sp.seed = sp_hash64(sp_now_ns() ^ (uint64_t)getpid());
     for (int i = 0; i < r.n_stops; i++)
         if (strlen(r.stops[i]) > r.hold) r.hold = strlen(r.stops[i]);
@@ -166,6 +186,8 @@ int sp_cmd_run(int argc, char **argv) {
     sp_tokens toks = { 0 };
     sp_sampler *smp = NULL;
     sp_kv *kv = NULL;
+    sp_draft *draft = NULL;
+    sp_cost_curve cost;
     int rc = SP_EXIT_FAIL;
     if (file && !(prompt = file_text = read_file(file, &err))) goto fail;
     if (sp_engine_open(&eo, &e, &err)) goto fail;
@@ -197,8 +219,16 @@ int sp_cmd_run(int argc, char **argv) {
     if (!quiet)
         fprintf(stderr, "specula: %s (%s), %d threads, ctx %d, seed %llu\n", e.model->name,
                 sp_arch_name(e.model->hp.arch), e.threads, e.n_ctx, (unsigned long long)sp.seed);
-    sp_gen_stats st;
-    if (sp_generate(e.model, kv, e.ws, smp, toks.ids, toks.n, n_predict, on_token, &r, &st, &err))
+    if (drafter) {
+        sp_target tgt = sp_target_of(e.model);
+        if (!(draft = sp_draft_open(drafter, &tgt, &err))) goto fail_engine;
+        if (draft_max == SP_DRAFT_ADAPTIVE && sp_cost_get(e.model, e.ws, e.threads, &cost, &err))
+            goto fail_engine;
+    }
+    sp_gen_config cfg = { .max_tokens = n_predict, .draft_max = drafter ? draft_max : 0, .cost = &cost };
+    sp_spec_stats st;
+    sp_finish fin;
+    if (sp_generate(e.model, kv, e.ws, smp, draft, &cfg, toks.ids, toks.n, on_token, &r, &st, &fin, &err))
         goto fail_engine;
     if (!r.stopped) {
         char buf[64];
@@ -210,15 +240,20 @@ int sp_cmd_run(int argc, char **argv) {
     printf("\n");
     fflush(stdout);
     if (!quiet) {
-        double pf = sp_ns_to_s(st.prefill_ns), dc = sp_ns_to_s(st.decode_ns);
-        fprintf(stderr, "prompt: %d tokens, prefill %.1f tok/s | generated: %d tokens, decode %.1f tok/s | "
-                "finish: %s | peak RSS %.0f MiB\n", st.n_prompt, pf > 0 ? st.n_prompt / pf : 0.0,
-                st.n_gen, dc > 0 ? st.n_gen / dc : 0.0,
-                st.finish == SP_FINISH_STOP ? "stop" : st.finish == SP_FINISH_LENGTH ? "length" : "context",
+        double pf = sp_ns_to_s(st.prefill_ns);
+        fprintf(stderr, "prompt: %lld tokens, prefill %.1f tok/s | generated: %lld tokens, decode %.1f tok/s | "
+                "finish: %s | peak RSS %.0f MiB\n", (long long)st.n_prompt, pf > 0 ? st.n_prompt / pf : 0.0,
+                (long long)st.emitted, sp_stats_decode_tps(&st), sp_finish_name(fin),
                 (double)sp_peak_rss() / (1024.0 * 1024.0));
+        if (drafter) {
+            char line[1024];
+            sp_stats_format(&st, drafter->name, line, sizeof line);
+            fprintf(stderr, "%s\n", line);
+        }
     }
     rc = 0;
 fail_engine:
+    sp_draft_close(draft);
     sp_kv_free(kv);
     sp_sampler_free(smp);
     sp_tokens_free(&toks);
@@ -228,5 +263,6 @@ fail:
     if (rc) fprintf(stderr, "specula run: %s\n", err.msg);
     free(file_text);
     free(r.text);
+    sp_drafter_free(drafter);
     return rc;
 }

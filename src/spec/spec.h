@@ -1,10 +1,25 @@
 /*
- * spec — the generation loop.  (This issue: plain decoding; the drafter
- * seam and the speculative round loop build on the same emit contract.)
+ * spec — lossless speculative decoding: the drafter seam, the round loop,
+ * verification, the drafters, statistics and the adaptive draft length.
  *
- * Tokens are handed to the caller one at a time through an emit callback,
- * which decides when to stop (EOS, stop strings): the loop itself knows
- * nothing about text.
+ * One round of a sequence:
+ *
+ *   feed = tokens emitted since the last round (the correction or bonus)
+ *   proposal = draft.propose(feed, n_max)           0..n_max draft tokens
+ *   logits = target.forward([pending, d1..dn])      n+1 rows, one pass
+ *   accept walk: at row i the target samples its own token with the full
+ *     sampler keyed by (seed, position); keep d(i+1) while equal; the first
+ *     difference (the correction) or the row after the last draft (the
+ *     bonus) ends the round.  Every sampled token is emitted in order, so
+ *     EOS, stop strings and max_tokens act exactly as in plain decoding.
+ *   kv.trim(rejected positions); draft.commit(n, accepted)
+ *
+ * Because the window's logits are bit-identical to one-token decoding
+ * (batch invariance, see model.h) and the draws are keyed by position,
+ * token match gives the same text as plain decoding at any temperature.
+ * Drafters that return their distribution q are verified by speculative
+ * sampling instead (accept with min(1, p/q), else resample from
+ * norm(max(0, p - q))), which preserves the target distribution exactly.
  */
 #ifndef SP_SPEC_H
 #define SP_SPEC_H
@@ -13,32 +28,231 @@
 #include "model/model.h"
 #include "sample/sample.h"
 
+#define SP_MAX_DRAFT 32              /* longest proposal a round verifies */
+#define SP_STAT_POSITIONS SP_MAX_DRAFT
+
+/* ==========================================================================
+ * The drafter seam
+ * ======================================================================= */
+
+/* What the target offers drafters.  A drafter declares what it needs and is
+ * refused at open when the target lacks it. */
+enum {
+    SP_CAP_SHARED_EMBED = 1u << 0,   /* token embeddings / LM head readable */
+    SP_CAP_HIDDEN_TAPS = 1u << 1,    /* hidden states at chosen layers per row */
+    SP_CAP_ANCHOR_HIDDEN = 1u << 2,  /* final hidden state of the pending row */
+    SP_CAP_LAYER_KV = 1u << 3,       /* read-only KV of a layer */
+};
+const char *sp_caps_describe(uint32_t caps, char *buf, size_t cap);
+
+typedef struct sp_target {
+    const sp_model *model;           /* identity of the target (borrowed) */
+    uint32_t caps;                   /* SP_CAP_* the engine provides */
+} sp_target;
+/* The capabilities this engine's forward pass provides for a model. */
+sp_target sp_target_of(const sp_model *m);
+
+/* Hidden states handed to drafters that asked for taps (none yet: no
+ * drafter in this build declares SP_CAP_HIDDEN_TAPS). */
+typedef struct sp_taps {
+    int n_rows, n_layers, dim;
+    const float *data;               /* (n_layers, n_rows, dim), borrowed */
+} sp_taps;
+
+/* A proposal.  Arrays are owned by the draft and valid until its next call. */
+typedef struct sp_proposal {
+    int n;                           /* draft tokens; 0 = plain step */
+    const int32_t *tokens;           /* (n) */
+    const int32_t *parent;           /* (n) tree parents (-1 = the pending token), NULL = chain */
+    const float *q;                  /* (n, n_vocab) draft distributions, NULL = deterministic */
+} sp_proposal;
+
+typedef struct sp_drafter sp_drafter;
+typedef struct sp_draft sp_draft;
+
+/* The operations every drafter implements.  A draft (one per request) owns
+ * only that request's state; the drafter (engine lifetime) owns weights and
+ * global tables. */
+typedef struct sp_drafter_ops {
+    /* Per request. */
+    sp_draft *(*open)(sp_drafter *d, const sp_target *t, sp_err *err);
+    /* Primes the draft with the prompt (the whole prompt; its last token is
+     * already in the target cache, the first generated token arrives as the
+     * first feed). */
+    int (*prefill)(sp_draft *s, const int32_t *prompt, int n, const sp_taps *taps, sp_err *err);
+    /* Absorbs feed (tokens emitted since the last round, oldest first) and
+     * proposes up to max_n tokens.  max_n = 0 only absorbs the feed. */
+    int (*propose)(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
+                   sp_err *err);
+    /* The outcome of the last proposal: its first n_accepted tokens were
+     * emitted (rejected ones must not enter the draft's state; the
+     * correction/bonus arrives as the next feed). */
+    void (*commit)(sp_draft *s, int n_drafted, int n_accepted, const sp_taps *verified);
+    /* Serialises the draft's state (after its namespace header) into a new
+     * malloc'd buffer; restore accepts only a matching namespace. */
+    int (*checkpoint)(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err);
+    int (*restore)(sp_draft *s, const uint8_t *buf, size_t len, sp_err *err);
+    void (*close)(sp_draft *s);
+    /* Engine lifetime. */
+    void (*free)(sp_drafter *d);
+} sp_drafter_ops;
+
+struct sp_drafter {
+    const sp_drafter_ops *ops;
+    char name[32];                   /* "ngram" */
+    char ns[96];                     /* checkpoint namespace: method, params, version */
+    uint32_t needs;                  /* SP_CAP_* required of the target */
+    bool cheap;                      /* proposing costs ~nothing (may shadow-propose) */
+    int default_draft_max;
+    void *impl;
+};
+
+struct sp_draft {
+    sp_drafter *drafter;             /* borrowed */
+    void *impl;
+};
+
+/* Generic entry points (check capabilities, namespaces). */
+sp_draft *sp_draft_open(sp_drafter *d, const sp_target *t, sp_err *err);
+void sp_draft_close(sp_draft *s);
+void sp_drafter_free(sp_drafter *d);
+int sp_draft_checkpoint(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err);
+int sp_draft_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *err);
+
+/* Namespace header helpers for checkpoint blobs: "<ns>\n" then payload. */
+size_t sp_ckpt_header(const sp_drafter *d, uint8_t *buf, size_t cap);
+/* Checks the header; returns the payload offset or -1 + err. */
+long sp_ckpt_check(const sp_drafter *d, const uint8_t *buf, size_t len, sp_err *err);
+
+/* ==========================================================================
+ * Drafters
+ * ======================================================================= */
+
+/* Prompt lookup: the longest suffix k-gram of (prompt + output), k from
+ * max_ngram down to min_ngram, at its first occurrence; proposes the
+ * tokens that followed it.  Incremental hash index: O(max-min+1) per token. */
+sp_drafter *sp_ngram_create(int min_ngram, int max_ngram, sp_err *err);
+
+/* Creates a drafter by name ("ngram") with parameters from the options
+ * below (0 = default). */
+typedef struct sp_drafter_opts {
+    int ngram_min, ngram_max;
+} sp_drafter_opts;
+sp_drafter *sp_drafter_create(const char *name, const sp_drafter_opts *o, sp_err *err);
+
+/* ==========================================================================
+ * Verification (verify.c)
+ * ======================================================================= */
+
+/* Speculative sampling for one position: the target distribution p (as the
+ * sampler's candidates), the draft distribution q (dense, n_vocab), the
+ * draft token x.  Accepts x with probability min(1, p(x)/q(x)) using u_acc;
+ * else returns a token from norm(max(0, p - q)) drawn with u_res.  *accepted
+ * says which. */
+int32_t sp_verify_specsample(const sp_cand *p, int n_p, const float *q, int n_vocab, int32_t x,
+                             double u_acc, double u_res, bool *accepted);
+
+/* ==========================================================================
+ * Statistics (stats.c)
+ * ======================================================================= */
+typedef struct sp_spec_stats {
+    int64_t rounds;                  /* verification rounds (incl. plain steps) */
+    int64_t spec_rounds;             /* rounds with >= 1 draft token */
+    int64_t drafted, accepted;
+    int64_t pos_drafted[SP_STAT_POSITIONS];  /* drafts at position i of a proposal */
+    int64_t pos_accepted[SP_STAT_POSITIONS];
+    int64_t forwards;                /* target passes after prefill */
+    int64_t emitted;                 /* generated tokens */
+    int64_t n_prompt;
+    uint64_t prefill_ns, draft_ns, verify_ns, sample_ns, total_ns;
+} sp_spec_stats;
+
+void sp_stats_add(sp_spec_stats *into, const sp_spec_stats *s);
+double sp_stats_accept_rate(const sp_spec_stats *s);     /* accepted / drafted */
+double sp_stats_mean_accept_len(const sp_spec_stats *s); /* 1 + accepted / spec rounds */
+double sp_stats_tokens_per_forward(const sp_spec_stats *s);
+double sp_stats_decode_tps(const sp_spec_stats *s);      /* emitted / decode seconds */
+/* One line: "spec ngram: rounds R, drafted D, accepted A (x%), mean accept len L, ..." */
+void sp_stats_format(const sp_spec_stats *s, const char *method, char *buf, size_t cap);
+
+/* ==========================================================================
+ * Verification cost and adaptive draft length (adaptive.c)
+ * ======================================================================= */
+
+/* t(K): seconds of a target forward over K rows, K = 1..SP_MAX_DRAFT+1. */
+typedef struct sp_cost_curve {
+    double t[SP_MAX_DRAFT + 2];      /* t[K]; t[0] unused */
+    bool valid;
+} sp_cost_curve;
+
+/* Measures t(K) for K in ks (others interpolated) with reps repetitions
+ * (median), using a scratch cache. */
+int sp_cost_measure(const sp_model *m, sp_workspace *ws, const int *ks, int n_ks, int reps,
+                    sp_cost_curve *c, sp_err *err);
+/* Loads the curve cached for (model, threads) or measures and caches it
+ * under ${XDG_CACHE_HOME:-~/.cache}/specula/cost/. */
+int sp_cost_get(const sp_model *m, sp_workspace *ws, int threads, sp_cost_curve *c, sp_err *err);
+
+/* Per-request controller: running acceptance per draft position and the
+ * cost curve pick the draft length that maximises expected emitted tokens
+ * per second.  Falls to 0 (plain decoding) when speculation does not pay,
+ * and keeps learning from shadow proposals (cheap drafters) meanwhile. */
+typedef struct sp_adapt {
+    double tried[SP_MAX_DRAFT], hit[SP_MAX_DRAFT];   /* decayed counts per position */
+    const sp_cost_curve *cost;       /* borrowed */
+    int cap;                         /* upper bound on the draft length */
+} sp_adapt;
+void sp_adapt_init(sp_adapt *a, const sp_cost_curve *cost, int cap);
+/* Best draft length in [0, cap]. */
+int sp_adapt_choose(const sp_adapt *a);
+/* Records a verified (or shadow) proposal: n drafted, k accepted. */
+void sp_adapt_observe(sp_adapt *a, int n, int k);
+/* Expected tokens per round with a draft of n (1 + sum of survival). */
+double sp_adapt_expected(const sp_adapt *a, int n);
+
+/* ==========================================================================
+ * The round loop (round.c)
+ * ======================================================================= */
+
 typedef enum sp_emit_result { SP_EMIT_CONTINUE = 0, SP_EMIT_STOP = 1 } sp_emit_result;
-/* Called for every generated token, in order.  Returns SP_EMIT_STOP to end
- * the request after this token. */
-typedef sp_emit_result (*sp_emit_fn)(void *ud, int32_t token);
+/* Called for every generated token, in order; `drafted` is true when the
+ * token was a draft the target accepted.  SP_EMIT_STOP ends the request
+ * after this token. */
+typedef sp_emit_result (*sp_emit_fn)(void *ud, int32_t token, bool drafted);
 
 typedef enum sp_finish {
-    SP_FINISH_STOP = 0,      /* the callback stopped (EOS, stop string) */
-    SP_FINISH_LENGTH = 1,    /* max_tokens reached */
-    SP_FINISH_CONTEXT = 2,   /* the context window is full */
+    SP_FINISH_NONE = 0,              /* still running */
+    SP_FINISH_STOP,                  /* the callback stopped (EOS, stop string) */
+    SP_FINISH_LENGTH,                /* max_tokens reached */
+    SP_FINISH_CONTEXT,               /* the context window is full */
 } sp_finish;
+const char *sp_finish_name(sp_finish f);
 
-typedef struct sp_gen_stats {
-    int n_prompt;            /* prompt tokens processed */
-    int n_gen;               /* tokens generated (emitted) */
-    int n_forward;           /* target forward passes after prefill */
-    uint64_t prefill_ns;
-    uint64_t decode_ns;      /* from the first sampled token to the end */
-    sp_finish finish;
-} sp_gen_stats;
+#define SP_DRAFT_ADAPTIVE (-1)
 
-/* Prefills prompt[0..n_prompt) into kv (which must be empty or hold a
- * prefix the caller wants kept), then samples up to max_tokens tokens.
- * The sampler's penalty history is the caller's business (accept prompt
- * tokens first if they should count).  Returns 0, or -1 + err. */
-int sp_generate(const sp_model *m, sp_kv *kv, sp_workspace *ws, sp_sampler *s,
-                const int32_t *prompt, int n_prompt, int max_tokens, sp_emit_fn emit, void *ud,
-                sp_gen_stats *stats, sp_err *err);
+typedef struct sp_gen_config {
+    int max_tokens;
+    int draft_max;                   /* > 0 fixed, SP_DRAFT_ADAPTIVE, 0 = never draft */
+    const sp_cost_curve *cost;       /* required for SP_DRAFT_ADAPTIVE */
+} sp_gen_config;
+
+/* One generation in progress.  Owns its logits buffer; borrows the model,
+ * cache, workspace, sampler and draft. */
+typedef struct sp_seq sp_seq;
+
+sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_workspace *ws, sp_sampler *smp,
+                      sp_draft *draft, const sp_gen_config *cfg, sp_emit_fn emit, void *ud);
+void sp_seq_free(sp_seq *q);
+/* Prefills the prompt, samples and emits the first token. */
+int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err);
+/* Runs one round (propose, verify, accept); returns 0 or -1 + err. */
+int sp_seq_step(sp_seq *q, sp_err *err);
+sp_finish sp_seq_finished(const sp_seq *q);
+const sp_spec_stats *sp_seq_stats(const sp_seq *q);
+
+/* Convenience: start and step until finished. */
+int sp_generate(const sp_model *m, sp_kv *kv, sp_workspace *ws, sp_sampler *smp, sp_draft *draft,
+                const sp_gen_config *cfg, const int32_t *prompt, int n_prompt, sp_emit_fn emit,
+                void *ud, sp_spec_stats *stats, sp_finish *finish, sp_err *err);
 
 #endif /* SP_SPEC_H */

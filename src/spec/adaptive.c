@@ -1,0 +1,189 @@
+/* Verification cost curve and the adaptive draft length.
+ *
+ * Speculation pays when the tokens a round is expected to emit grow faster
+ * than the cost of verifying the window.  The controller keeps, per draft
+ * position j, a decayed estimate u_j of the probability that the token at
+ * position j is accepted (for a chain that means all before it were too),
+ * so a draft of n is expected to emit E(n) = 1 + u_0 + ... + u_(n-1) tokens
+ * at cost t(n+1).  It picks the n that maximises E(n) / t(n+1); n = 0 is a
+ * plain step, so a request never runs slower than plain decoding by more
+ * than the (tiny) cost of asking a cheap drafter.
+ */
+#include "spec/spec.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ----------------------------------------------------------------------------
+ * Cost curve
+ * ------------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fills unmeasured entries by linear interpolation between measured ones,
+ * and extrapolation from the last two beyond them. */
+static void interpolate(sp_cost_curve *c, const bool *have) {
+    const int N = SP_MAX_DRAFT + 1;
+    int prev = -1;
+    for (int k = 1; k <= N; k++) {
+        if (!have[k]) continue;
+        if (prev > 0)
+            for (int j = prev + 1; j < k; j++)
+                c->t[j] = c->t[prev] + (c->t[k] - c->t[prev]) * (double)(j - prev) / (double)(k - prev);
+        prev = k;
+    }
+    int last = prev, before = -1;
+    for (int k = last - 1; k >= 1; k--)
+        if (have[k]) { before = k; break; }
+    double slope = before > 0 ? (c->t[last] - c->t[before]) / (double)(last - before) : c->t[last];
+    for (int j = last + 1; j <= N; j++) c->t[j] = c->t[last] + slope * (double)(j - last);
+}
+
+int sp_cost_measure(const sp_model *m, sp_workspace *ws, const int *ks, int n_ks, int reps,
+                    sp_cost_curve *c, sp_err *err) {
+    const int ctx0 = 32, V = m->hp.n_vocab;
+    int kmax = 1;
+    for (int i = 0; i < n_ks; i++) {
+        if (ks[i] < 1 || ks[i] > SP_MAX_DRAFT + 1) return sp_err_set(err, "cost: K=%d out of range", ks[i]);
+        if (ks[i] > kmax) kmax = ks[i];
+    }
+    sp_kv *kv = sp_kv_create(m, ctx0 + kmax + 1);
+    float *logits = sp_alloc_aligned((size_t)kmax * V * sizeof(float));
+    int32_t toks[SP_MAX_DRAFT + 2 + 32];
+    for (int i = 0; i < ctx0 + kmax; i++) toks[i] = (int32_t)((i * 7919 + 13) % V);
+    int rc = -1;
+    double *samples = sp_xmalloc((size_t)(reps + 1) * sizeof(double));
+    bool have[SP_MAX_DRAFT + 2] = { false };
+    memset(c, 0, sizeof *c);
+    if (sp_model_forward(m, kv, ws, toks, ctx0, SP_LOGITS_NONE, NULL, err)) goto done;
+    for (int i = 0; i < n_ks; i++) {
+        const int K = ks[i];
+        for (int r = 0; r <= reps; r++) { /* r = 0 warms up */
+            uint64_t t0 = sp_now_ns();
+            if (sp_model_forward(m, kv, ws, toks + ctx0, K, SP_LOGITS_ALL, logits, err)) goto done;
+            samples[r] = sp_ns_to_s(sp_now_ns() - t0);
+            sp_kv_trim(kv, ctx0);
+        }
+        qsort(samples + 1, (size_t)reps, sizeof(double), cmp_double);
+        c->t[K] = samples[1 + reps / 2];
+        have[K] = true;
+    }
+    if (!have[1]) { sp_err_set(err, "cost: K=1 must be measured"); goto done; }
+    interpolate(c, have);
+    /* A wider window never costs less: noise must not make it look so. */
+    for (int k = 2; k <= SP_MAX_DRAFT + 1; k++)
+        if (c->t[k] < c->t[k - 1]) c->t[k] = c->t[k - 1];
+    c->valid = true;
+    rc = 0;
+done:
+    free(samples);
+    sp_free_aligned(logits);
+    sp_kv_free(kv);
+    return rc;
+}
+
+static void cost_cache_path(const sp_model *m, int threads, char *buf, size_t cap) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    const char *base = strrchr(m->path, '/');
+    base = base ? base + 1 : m->path;
+    char dir[2048];
+    if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/specula/cost", xdg);
+    else snprintf(dir, sizeof dir, "%s/.cache/specula/cost", home && *home ? home : ".");
+    /* The build stamp invalidates curves measured with other kernels. */
+    snprintf(buf, cap, "%s/%s-%llu-t%d-%s-%s.txt", dir, base,
+             (unsigned long long)sp_gguf_file_size(m->gguf), threads, __DATE__, __TIME__);
+    for (char *p = buf + strlen(dir) + 1; *p; p++)
+        if (*p == ' ' || *p == ':') *p = '_';
+}
+
+static bool cost_load(const char *path, sp_cost_curve *c) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    memset(c, 0, sizeof *c);
+    int k, n = 0;
+    double t;
+    while (fscanf(f, "%d %lf", &k, &t) == 2)
+        if (k >= 1 && k <= SP_MAX_DRAFT + 1 && t > 0) { c->t[k] = t; n++; }
+    fclose(f);
+    c->valid = n == SP_MAX_DRAFT + 1;
+    return c->valid;
+}
+
+static void cost_save(const char *path, const sp_cost_curve *c) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return;
+    *slash = 0;
+    /* mkdir -p of the cache directory (best effort: a cache is optional) */
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') { *p = 0; mkdir(dir, 0755); *p = '/'; }
+    mkdir(dir, 0755);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    for (int k = 1; k <= SP_MAX_DRAFT + 1; k++) fprintf(f, "%d %.9f\n", k, c->t[k]);
+    fclose(f);
+}
+
+int sp_cost_get(const sp_model *m, sp_workspace *ws, int threads, sp_cost_curve *c, sp_err *err) {
+    char path[4096];
+    cost_cache_path(m, threads, path, sizeof path);
+    if (cost_load(path, c)) return 0;
+    static const int ks[] = { 1, 2, 3, 4, 6, 8, 12, 17 };
+    if (sp_cost_measure(m, ws, ks, (int)(sizeof ks / sizeof *ks), 2, c, err)) return -1;
+    cost_save(path, c);
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------
+ * Controller
+ * ------------------------------------------------------------------------- */
+
+#define SP_ADAPT_DECAY 0.97        /* memory of ~30 proposals */
+#define SP_ADAPT_PRIOR_HIT 1.0     /* optimistic prior u = 0.5 with weight 2 ... */
+#define SP_ADAPT_PRIOR_TRIED 2.0   /* ... so a new request tries speculating */
+
+void sp_adapt_init(sp_adapt *a, const sp_cost_curve *cost, int cap) {
+    memset(a, 0, sizeof *a);
+    a->cost = cost;
+    a->cap = cap < 0 ? 0 : cap > SP_MAX_DRAFT ? SP_MAX_DRAFT : cap;
+}
+
+double sp_adapt_expected(const sp_adapt *a, int n) {
+    double e = 1.0, prev = 1.0;
+    for (int j = 0; j < n; j++) {
+        double u = (a->hit[j] + SP_ADAPT_PRIOR_HIT) / (a->tried[j] + SP_ADAPT_PRIOR_TRIED);
+        if (u > prev) u = prev;    /* a later position cannot beat an earlier one */
+        e += u;
+        prev = u;
+    }
+    return e;
+}
+
+int sp_adapt_choose(const sp_adapt *a) {
+    if (!a->cost || !a->cost->valid) return a->cap;
+    int best = 0;
+    double best_rate = 1.0 / a->cost->t[1];
+    for (int n = 1; n <= a->cap; n++) {
+        double rate = sp_adapt_expected(a, n) / a->cost->t[n + 1];
+        if (rate > best_rate * 1.0001) { best = n; best_rate = rate; }
+    }
+    return best;
+}
+
+void sp_adapt_observe(sp_adapt *a, int n, int k) {
+    for (int j = 0; j < SP_MAX_DRAFT; j++) {
+        a->tried[j] *= SP_ADAPT_DECAY;
+        a->hit[j] *= SP_ADAPT_DECAY;
+    }
+    for (int j = 0; j < n && j < SP_MAX_DRAFT; j++) {
+        a->tried[j] += 1.0;
+        if (j < k) a->hit[j] += 1.0;
+    }
+}

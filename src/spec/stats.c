@@ -1,0 +1,53 @@
+/* Speculation statistics. */
+#include "spec/spec.h"
+
+#include <stdio.h>
+
+void sp_stats_add(sp_spec_stats *a, const sp_spec_stats *s) {
+    a->rounds += s->rounds;
+    a->spec_rounds += s->spec_rounds;
+    a->drafted += s->drafted;
+    a->accepted += s->accepted;
+    for (int i = 0; i < SP_STAT_POSITIONS; i++) {
+        a->pos_drafted[i] += s->pos_drafted[i];
+        a->pos_accepted[i] += s->pos_accepted[i];
+    }
+    a->forwards += s->forwards;
+    a->emitted += s->emitted;
+    a->n_prompt += s->n_prompt;
+    a->prefill_ns += s->prefill_ns;
+    a->draft_ns += s->draft_ns;
+    a->verify_ns += s->verify_ns;
+    a->sample_ns += s->sample_ns;
+    a->total_ns += s->total_ns;
+}
+
+double sp_stats_accept_rate(const sp_spec_stats *s) {
+    return s->drafted ? (double)s->accepted / (double)s->drafted : 0.0;
+}
+
+double sp_stats_mean_accept_len(const sp_spec_stats *s) {
+    return s->spec_rounds ? 1.0 + (double)s->accepted / (double)s->spec_rounds : 1.0;
+}
+
+double sp_stats_tokens_per_forward(const sp_spec_stats *s) {
+    /* The first token comes from the prefill pass. */
+    return s->forwards ? (double)(s->emitted - 1) / (double)s->forwards : 0.0;
+}
+
+double sp_stats_decode_tps(const sp_spec_stats *s) {
+    return s->total_ns ? (double)s->emitted / sp_ns_to_s(s->total_ns) : 0.0;
+}
+
+void sp_stats_format(const sp_spec_stats *s, const char *method, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap,
+        "spec %s: %lld rounds (%lld drafting), drafted %lld, accepted %lld (%.1f%%), mean accept "
+        "len %.2f, %.2f tokens/forward, time draft %.0f ms verify %.0f ms sample %.0f ms | "
+        "accept by position:", method, (long long)s->rounds, (long long)s->spec_rounds,
+        (long long)s->drafted, (long long)s->accepted, 100.0 * sp_stats_accept_rate(s),
+        sp_stats_mean_accept_len(s), sp_stats_tokens_per_forward(s), s->draft_ns / 1e6,
+        s->verify_ns / 1e6, s->sample_ns / 1e6);
+    for (int i = 0; i < SP_STAT_POSITIONS && s->pos_drafted[i] && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, " %.2f",
+                              (double)s->pos_accepted[i] / (double)s->pos_drafted[i]);
+}
