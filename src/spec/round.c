@@ -166,6 +166,7 @@ int sp_seq_step(sp_seq *q, sp_err *err) {
     /* Accept walk: row i predicts the token at position P + i + 1. */
     int k = 0;
     int32_t tok = -1;
+    bool last_matched = false;
     for (int i = 0; i <= n; i++) {
         const float *row = q->logits + (size_t)i * V;
         const uint64_t pos = (uint64_t)(P + i + 1);
@@ -182,9 +183,13 @@ int sp_seq_step(sp_seq *q, sp_err *err) {
         }
         sp_sampler_accept(q->smp, tok);
         if (matched) k++;
+        last_matched = matched;
         if (emit_token(q, tok, matched) || !matched) break;
     }
-    sp_kv_trim(q->kv, P + 1 + k);  /* keep the pending token and the accepted drafts */
+    /* The cache keeps every emitted token except the last, which becomes the
+     * pending token (as in plain decoding): the old pending token and the
+     * accepted drafts, minus the last draft if the request stopped on it. */
+    sp_kv_trim(q->kv, P + 1 + k - (last_matched ? 1 : 0));
     q->pending = tok;
     q->st.sample_ns += sp_now_ns() - t1;
 

@@ -1,0 +1,317 @@
+/* Unit tests for the speculative layer that need no model: the ngram
+ * drafter against a brute-force reference, checkpoints, capability checks,
+ * the speculative-sampling verifier (statistically), the adaptive
+ * controller and statistics. */
+#include "test_util.h"
+#include "spec/spec.h"
+
+#include <math.h>
+
+/* ---------------------------------------------------------------------------
+ * ngram
+ * ------------------------------------------------------------------------ */
+
+/* Saxena / vLLM prompt lookup, written the obvious O(L * k) way. */
+static int ref_ngram(const int32_t *h, int L, int min, int max, int n, int32_t *out) {
+    for (int k = max < L - 1 ? max : L - 1; k >= min; k--) {
+        for (int i = 0; i + k < L; i++) {
+            if (memcmp(h + i, h + L - k, (size_t)k * sizeof(int32_t)) != 0) continue;
+            int m = L - (i + k) < n ? L - (i + k) : n;
+            memcpy(out, h + i + k, (size_t)m * sizeof(int32_t));
+            return m;
+        }
+    }
+    return 0;
+}
+
+static sp_draft *open_ngram(sp_drafter **d, int min, int max) {
+    sp_err err;
+    *d = sp_ngram_create(min, max, &err);
+    assert_non_null(*d);
+    sp_target t = { NULL, SP_CAP_SHARED_EMBED };
+    sp_draft *s = sp_draft_open(*d, &t, &err);
+    assert_non_null(s);
+    return s;
+}
+
+static void test_ngram_basic(void **st) {
+    (void)st;
+    sp_drafter *d;
+    sp_draft *s = open_ngram(&d, 1, 3);
+    sp_err err;
+    const int32_t prompt[] = { 5, 6, 7, 8, 9, 5, 6, 7, 1, 5, 6 };
+    assert_int_equal(d->ops->prefill(s, prompt, 11, NULL, &err), 0);
+    sp_proposal p;
+    int32_t feed = 7;                       /* history ends "5 6 7": first occurrence at 0 */
+    assert_int_equal(d->ops->propose(s, &feed, 1, 4, &p, &err), 0);
+    assert_int_equal(p.n, 4);
+    assert_null(p.q);
+    assert_null(p.parent);
+    const int32_t want[] = { 8, 9, 5, 6 };
+    assert_memory_equal(p.tokens, want, sizeof want);
+    d->ops->commit(s, 4, 2, NULL);          /* 8, 9 accepted; correction arrives as feed */
+    feed = 3;                               /* history: ... 7 8 9 3 -> no 3 before: k=1 "3" unseen */
+    assert_int_equal(d->ops->propose(s, &feed, 1, 4, &p, &err), 0);
+    assert_int_equal(p.n, 0);
+    d->ops->commit(s, 0, 0, NULL);
+    feed = 9;                               /* "... 9 3 9": longest match "9" at 4 -> 5 6 7 1 */
+    assert_int_equal(d->ops->propose(s, &feed, 1, 3, &p, &err), 0);
+    const int32_t want2[] = { 5, 6, 7 };
+    assert_int_equal(p.n, 3);
+    assert_memory_equal(p.tokens, want2, sizeof want2);
+    /* max_n = 0 only absorbs the feed */
+    d->ops->commit(s, 3, 0, NULL);
+    feed = 5;
+    assert_int_equal(d->ops->propose(s, &feed, 1, 0, &p, &err), 0);
+    assert_int_equal(p.n, 0);
+    sp_draft_close(s);
+    sp_drafter_free(d);
+}
+
+/* Random streams over a small alphabet, driven through the seam with random
+ * accept counts, must always propose what the brute-force lookup proposes on
+ * the same history. */
+static void test_ngram_matches_reference(void **st) {
+    (void)st;
+    for (int cfg = 0; cfg < 3; cfg++) {
+        const int mins[] = { 1, 2, 1 }, maxs[] = { 3, 4, 1 };
+        sp_drafter *d;
+        sp_draft *s = open_ngram(&d, mins[cfg], maxs[cfg]);
+        sp_err err;
+        sp_rng r = { 99 + (uint64_t)cfg };
+        int32_t hist[6000];
+        int L = 40;
+        for (int i = 0; i < L; i++) hist[i] = (int32_t)(sp_rng_next(&r) % 6);
+        assert_int_equal(d->ops->prefill(s, hist, L, NULL, &err), 0);
+        while (L < 5000) {
+            int32_t feed = (int32_t)(sp_rng_next(&r) % 6);
+            hist[L++] = feed;
+            int max_n = 1 + (int)(sp_rng_next(&r) % 8);
+            sp_proposal p;
+            assert_int_equal(d->ops->propose(s, &feed, 1, max_n, &p, &err), 0);
+            int32_t want[16];
+            int wn = ref_ngram(hist, L, mins[cfg], maxs[cfg], max_n, want);
+            assert_int_equal(p.n, wn);
+            assert_memory_equal(p.tokens, want, (size_t)wn * sizeof(int32_t));
+            int k = p.n ? (int)(sp_rng_next(&r) % (uint64_t)(p.n + 1)) : 0;
+            memcpy(hist + L, p.tokens, (size_t)k * sizeof(int32_t));
+            L += k;
+            d->ops->commit(s, p.n, k, NULL);
+        }
+        sp_draft_close(s);
+        sp_drafter_free(d);
+    }
+}
+
+/* A 32k-token history: proposals stay exact (spot-checked against the
+ * reference) and the whole run stays fast (the index is incremental). */
+static void test_ngram_long_history(void **st) {
+    (void)st;
+    sp_drafter *d;
+    sp_draft *s = open_ngram(&d, 1, 3);
+    sp_err err;
+    const int L0 = 32768;
+    int32_t *hist = malloc((L0 + 4096) * sizeof(int32_t));
+    sp_rng r = { 7 };
+    for (int i = 0; i < L0; i++) hist[i] = (int32_t)(sp_rng_next(&r) % 5000);
+    assert_int_equal(d->ops->prefill(s, hist, L0, NULL, &err), 0);
+    int L = L0;
+    uint64_t t0 = sp_now_ns();
+    const int rounds = 2000;
+    for (int i = 0; i < rounds; i++) {
+        /* feed copies an earlier span so that matches happen */
+        int32_t feed = hist[(i * 131) % L0];
+        hist[L++] = feed;
+        sp_proposal p;
+        assert_int_equal(d->ops->propose(s, &feed, 1, 10, &p, &err), 0);
+        if (i % 200 == 0) {
+            int32_t want[16];
+            int wn = ref_ngram(hist, L, 1, 3, 10, want);
+            assert_int_equal(p.n, wn);
+            assert_memory_equal(p.tokens, want, (size_t)wn * sizeof(int32_t));
+        }
+        d->ops->commit(s, p.n, 0, NULL);
+    }
+    double us = (double)(sp_now_ns() - t0) / 1e3 / rounds;
+    printf("# ngram on a %d-token history: %.2f us per round (incl. index build amortised)\n", L0, us);
+    free(hist);
+    sp_draft_close(s);
+    sp_drafter_free(d);
+}
+
+static void test_ngram_checkpoint(void **st) {
+    (void)st;
+    sp_drafter *d, *d2;
+    sp_draft *s = open_ngram(&d, 1, 3), *t = open_ngram(&d2, 1, 3);
+    sp_err err;
+    const int32_t prompt[] = { 1, 2, 3, 4, 1, 2, 3, 9, 1, 2 };
+    assert_int_equal(d->ops->prefill(s, prompt, 10, NULL, &err), 0);
+    uint8_t *blob;
+    size_t len;
+    assert_int_equal(sp_draft_checkpoint(s, &blob, &len, &err), 0);
+    assert_int_equal(sp_draft_restore(t, blob, len, &err), 0);
+    sp_proposal p1, p2;
+    int32_t feed = 3;
+    assert_int_equal(d->ops->propose(s, &feed, 1, 5, &p1, &err), 0);
+    assert_int_equal(d2->ops->propose(t, &feed, 1, 5, &p2, &err), 0);
+    const int32_t want[] = { 4, 1, 2, 3, 9 };   /* "1 2 3" first at 0 */
+    assert_int_equal(p1.n, 5);
+    assert_memory_equal(p1.tokens, want, sizeof want);
+    assert_int_equal(p1.n, p2.n);
+    assert_memory_equal(p1.tokens, p2.tokens, (size_t)p1.n * sizeof(int32_t));
+    /* another parameterisation refuses this state */
+    sp_drafter *d3;
+    sp_draft *u = open_ngram(&d3, 2, 3);
+    assert_int_equal(sp_draft_restore(u, blob, len, &err), -1);
+    assert_non_null(strstr(err.msg, "does not match"));
+    assert_int_equal(sp_draft_restore(t, blob, len - 1, &err), -1);  /* torn payload */
+    assert_int_equal(sp_draft_restore(t, (const uint8_t *)"garbage", 7, &err), -1);
+    free(blob);
+    sp_draft_close(s); sp_draft_close(t); sp_draft_close(u);
+    sp_drafter_free(d); sp_drafter_free(d2); sp_drafter_free(d3);
+}
+
+static void test_ngram_bad_params(void **st) {
+    (void)st;
+    sp_err err;
+    assert_null(sp_ngram_create(0, 3, &err));
+    assert_null(sp_ngram_create(4, 3, &err));
+    assert_non_null(strstr(err.msg, "ngram"));
+    assert_null(sp_drafter_create("bogus", NULL, &err));
+    assert_non_null(strstr(err.msg, "unknown speculative method 'bogus'"));
+}
+
+/* A drafter that needs hidden-state taps is refused by a target that has
+ * none, with a message naming what is missing. */
+static sp_draft *never_open(sp_drafter *d, const sp_target *t, sp_err *err) {
+    (void)d; (void)t;
+    sp_err_set(err, "should not be called");
+    return NULL;
+}
+static void test_capability_refusal(void **st) {
+    (void)st;
+    static const sp_drafter_ops ops = { .open = never_open };
+    sp_drafter d = { .ops = &ops, .name = "eagle", .needs = SP_CAP_HIDDEN_TAPS };
+    sp_target t = { NULL, SP_CAP_SHARED_EMBED };
+    sp_err err;
+    assert_null(sp_draft_open(&d, &t, &err));
+    assert_non_null(strstr(err.msg, "drafter 'eagle' needs hidden-state taps"));
+    assert_non_null(strstr(err.msg, "offers only shared embeddings"));
+}
+
+/* ---------------------------------------------------------------------------
+ * Speculative sampling: the emitted token is distributed as p whatever q is.
+ * ------------------------------------------------------------------------ */
+static void test_specsample_distribution(void **st) {
+    (void)st;
+    enum { V = 6 };
+    const sp_cand p[] = { { 2, 0.40f }, { 0, 0.25f }, { 5, 0.15f }, { 1, 0.12f }, { 4, 0.08f } };
+    const float q[V] = { 0.10f, 0.30f, 0.10f, 0.05f, 0.05f, 0.40f };   /* token 3: q > 0, p = 0 */
+    const float q_full[V] = { 0.10f, 0.30f, 0.10f, 0.05f, 0.05f, 0.40f };
+    (void)q_full;
+    const int N = 200000;
+    int hist[V] = { 0 }, acc = 0;
+    sp_rng r = { 2024 };
+    for (int i = 0; i < N; i++) {
+        double u = sp_rng_next_f64(&r), cum = 0;
+        int32_t x = V - 1;
+        for (int v = 0; v < V; v++) { cum += q[v]; if (u < cum) { x = v; break; } }
+        bool a;
+        int32_t t = sp_verify_specsample(p, 5, q, V, x, sp_rng_next_f64(&r), sp_rng_next_f64(&r), &a);
+        assert_true(t >= 0 && t < V);
+        if (a) { acc++; assert_int_equal(t, x); }
+        hist[t]++;
+    }
+    double pv[V] = { 0.25, 0.12, 0.40, 0.0, 0.08, 0.15 }, chi = 0;
+    assert_int_equal(hist[3], 0);                          /* p(3) = 0: never emitted */
+    for (int v = 0; v < V; v++) {
+        if (pv[v] == 0) continue;
+        double e = N * pv[v];
+        chi += (hist[v] - e) * (hist[v] - e) / e;
+    }
+    printf("# speculative sampling: chi-square %.2f (4 dof), acceptance %.4f\n", chi, (double)acc / N);
+    assert_true(chi < 18.47);                             /* 4 dof, p = 0.001 */
+    /* acceptance rate = sum_v min(p, q) = .1+.12+.1+0+.05+.15 = 0.52 */
+    assert_true(fabs((double)acc / N - 0.52) < 0.01);
+}
+
+static void test_specsample_degenerate(void **st) {
+    (void)st;
+    const sp_cand p1[] = { { 3, 1.0f } };             /* greedy target */
+    float q[5] = { 0.2f, 0.2f, 0.2f, 0.2f, 0.2f };
+    bool a;
+    assert_int_equal(sp_verify_specsample(p1, 1, q, 5, 3, 0.99, 0.5, &a), 3);
+    assert_true(a);
+    assert_int_equal(sp_verify_specsample(p1, 1, q, 5, 1, 0.0, 0.5, &a), 3);
+    assert_false(a);
+    float q0[5] = { 0, 0, 0, 0, 0 };                  /* a draft that gave no mass */
+    assert_int_equal(sp_verify_specsample(p1, 1, q0, 5, 3, 0.7, 0.5, &a), 3);
+    assert_true(a);
+    assert_int_equal(sp_verify_specsample(p1, 1, q0, 5, 99, 0.0, 0.5, &a), 3);  /* out of range */
+    assert_false(a);
+}
+
+/* ---------------------------------------------------------------------------
+ * Adaptive draft length
+ * ------------------------------------------------------------------------ */
+static void curve(sp_cost_curve *c, double slope) {
+    for (int k = 1; k <= SP_MAX_DRAFT + 1; k++) c->t[k] = 1.0 + slope * (k - 1);
+    c->valid = true;
+}
+
+static void test_adapt(void **st) {
+    (void)st;
+    sp_cost_curve cheap, linear;
+    curve(&cheap, 0.05);
+    curve(&linear, 1.0);
+    sp_adapt a;
+    sp_adapt_init(&a, &cheap, 16);
+    assert_true(sp_adapt_choose(&a) > 0);           /* optimistic prior tries drafting */
+    for (int i = 0; i < 200; i++) sp_adapt_observe(&a, 8, 8);
+    assert_true(sp_adapt_choose(&a) >= 8);
+    assert_true(sp_adapt_expected(&a, 8) > 8.0);
+    for (int i = 0; i < 300; i++) sp_adapt_observe(&a, 4, 0);
+    assert_int_equal(sp_adapt_choose(&a), 0);       /* nothing accepted: plain decoding */
+    assert_true(sp_adapt_expected(&a, 4) < 1.2);
+    /* when a window costs as much as separate steps, never draft */
+    sp_adapt_init(&a, &linear, 16);
+    for (int i = 0; i < 200; i++) sp_adapt_observe(&a, 8, 7);
+    assert_int_equal(sp_adapt_choose(&a), 0);
+    /* half acceptance on a moderately cheap curve: a short draft */
+    sp_cost_curve mid;
+    curve(&mid, 0.2);
+    sp_adapt_init(&a, &mid, 16);
+    for (int i = 0; i < 200; i++) sp_adapt_observe(&a, 8, i % 2 ? 1 : 0);
+    int n = sp_adapt_choose(&a);
+    assert_true(n >= 1 && n <= 3);
+}
+
+static void test_stats(void **st) {
+    (void)st;
+    sp_spec_stats a = { 0 }, b = { 0 };
+    b.rounds = 10; b.spec_rounds = 8; b.drafted = 40; b.accepted = 20; b.forwards = 10; b.emitted = 31;
+    b.pos_drafted[0] = 8; b.pos_accepted[0] = 6; b.total_ns = 2000000000ull;
+    sp_stats_add(&a, &b);
+    sp_stats_add(&a, &b);
+    assert_int_equal(a.drafted, 80);
+    assert_float_equal(sp_stats_accept_rate(&a), 0.5, 1e-12);
+    assert_float_equal(sp_stats_mean_accept_len(&a), 1.0 + 40.0 / 16.0, 1e-12);
+    assert_float_equal(sp_stats_tokens_per_forward(&a), 61.0 / 20.0, 1e-12);
+    assert_float_equal(sp_stats_decode_tps(&a), 62.0 / 4.0, 1e-9);
+    char buf[1024];
+    sp_stats_format(&a, "ngram", buf, sizeof buf);
+    assert_non_null(strstr(buf, "spec ngram: 20 rounds (16 drafting), drafted 80, accepted 40 (50.0%)"));
+    assert_non_null(strstr(buf, "accept by position: 0.75"));
+}
+
+int main(void) {
+    sp_base_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ngram_basic), cmocka_unit_test(test_ngram_matches_reference),
+        cmocka_unit_test(test_ngram_long_history), cmocka_unit_test(test_ngram_checkpoint),
+        cmocka_unit_test(test_ngram_bad_params), cmocka_unit_test(test_capability_refusal),
+        cmocka_unit_test(test_specsample_distribution), cmocka_unit_test(test_specsample_degenerate),
+        cmocka_unit_test(test_adapt), cmocka_unit_test(test_stats),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
