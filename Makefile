@@ -14,8 +14,8 @@ CSTD     := -std=c11 -D_GNU_SOURCE
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 INC      := -Iinclude -Isrc
 PCRE_LIBS := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
-LIBS     := $(PCRE_LIBS) -lpthread -lm
-TEST_LIBS := -lcmocka -ljansson
+LIBS     := $(PCRE_LIBS) -ljansson -lpthread -lm
+TEST_LIBS := -lcmocka
 
 BUILD    ?= release
 ifeq ($(BUILD),release)

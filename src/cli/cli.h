@@ -19,6 +19,7 @@
 int sp_cmd_run(int argc, char **argv);
 int sp_cmd_info(int argc, char **argv);
 int sp_cmd_perplexity(int argc, char **argv);
+int sp_cmd_bench(int argc, char **argv);
 
 /* ------------------------------------------------------------------------
  * Option parsing helpers (args.c).  Each prints "specula CMD: ..." and

@@ -15,6 +15,7 @@ static const char main_help[] =
     "  run          generate text from a prompt\n"
     "  info         describe a model file\n"
     "  perplexity   perplexity of a model on a text file\n"
+    "  bench        plain vs speculative decoding on a prompt set; verification cost\n"
     "\n"
     "'specula COMMAND --help' shows a command's options.\n"
     "Models: smollm2-135m, gemma3-270m (fetch with scripts/fetch-models.sh) or a GGUF path.\n";
@@ -31,6 +32,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return sp_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return sp_cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return sp_cmd_perplexity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return sp_cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "specula: unknown command '%s'\n\n%s", cmd, main_help);
     return SP_EXIT_USAGE;
 }

@@ -91,6 +91,7 @@ int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
     if (sp_model_forward(q->m, q->kv, q->ws, prompt, n_prompt, SP_LOGITS_LAST, q->logits, err))
         return -1;
     q->st.n_prompt = n_prompt;
+    q->st.requests = 1;
     if (q->draft && q->draft->drafter->ops->prefill(q->draft, prompt, n_prompt, NULL, err)) return -1;
     q->t_start = sp_now_ns();
     q->st.prefill_ns = q->t_start - t0;

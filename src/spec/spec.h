@@ -156,6 +156,7 @@ int32_t sp_verify_specsample(const sp_cand *p, int n_p, const float *q, int n_vo
  * Statistics (stats.c)
  * ======================================================================= */
 typedef struct sp_spec_stats {
+    int64_t requests;                /* generations summed into these stats */
     int64_t rounds;                  /* verification rounds (incl. plain steps) */
     int64_t spec_rounds;             /* rounds with >= 1 draft token */
     int64_t drafted, accepted;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 void sp_stats_add(sp_spec_stats *a, const sp_spec_stats *s) {
+    a->requests += s->requests;
     a->rounds += s->rounds;
     a->spec_rounds += s->spec_rounds;
     a->drafted += s->drafted;
@@ -31,8 +32,8 @@ double sp_stats_mean_accept_len(const sp_spec_stats *s) {
 }
 
 double sp_stats_tokens_per_forward(const sp_spec_stats *s) {
-    /* The first token comes from the prefill pass. */
-    return s->forwards ? (double)(s->emitted - 1) / (double)s->forwards : 0.0;
+    /* The first token of each request comes from its prefill pass. */
+    return s->forwards ? (double)(s->emitted - s->requests) / (double)s->forwards : 0.0;
 }
 
 double sp_stats_decode_tps(const sp_spec_stats *s) {

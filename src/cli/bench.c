@@ -1,0 +1,487 @@
+/* specula bench: plain vs speculative decoding on a prompt set, in one
+ * process, interleaved; and the verification cost curve.
+ *
+ * Every method runs every prompt `repeats` times; the order of methods
+ * rotates between repeats so that drift of the (shared, noisy) machine
+ * hits all methods alike.  A prompt's tok/s is the median over repeats;
+ * a category's tok/s is its tokens over the sum of its prompts' median
+ * times; speedup is the ratio to plain in the same run.  At temperature 0
+ * the bench also checks that every method emitted exactly plain's tokens.
+ */
+#include "cli/cli.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char bench_help[] =
+    "usage: specula bench [options]\n"
+    "       specula bench --verify-cost [-m MODEL]...\n"
+    "\n"
+    "Runs a JSONL prompt set through plain decoding and each speculative method in one\n"
+    "process (interleaved, with warm-up and repeats) and prints per-category and overall\n"
+    "tok/s, speedup vs plain, acceptance rate and mean acceptance length.\n"
+    "\n"
+    "options:\n"
+    SP_ENGINE_OPTS_HELP
+    "      --prompts FILE      JSONL prompts (default ../shared/bench/prompts.jsonl): one\n"
+    "                          {\"id\",\"category\",\"messages\",\"max_tokens\"} per line\n"
+    "      --methods LIST      comma-separated, e.g. plain,ngram (default plain,ngram)\n"
+    "      --repeats N         runs per prompt and method (default 3)\n"
+    "      --warmup N          warm-up generations per method (default 1)\n"
+    "      --limit N           only the first N prompts\n"
+    "      --category NAME     only prompts of this category\n"
+    "      --max-tokens N      override every prompt's max_tokens\n"
+    "      --temp T            temperature (default 0); --seed S (default 1)\n"
+    "      --draft-max N|adaptive  (default adaptive)\n"
+    "      --ngram-min N, --ngram-max N\n"
+    "      --json FILE         write the results as JSON\n"
+    "      --verify-cost       print t(K)/t(1), K = 1..16, for each -m (default: both models)\n"
+    "  -h, --help              this help\n";
+
+#define MAX_METHODS 8
+#define MAX_PROMPTS 4096
+
+typedef struct prompt {
+    char *id, *category;
+    sp_tokens toks;
+    int max_tokens;
+} prompt;
+
+typedef struct result {                /* one (prompt, method) */
+    double *tps;                       /* (repeats) decode tok/s */
+    double *secs;                      /* (repeats) decode seconds */
+    int64_t emitted;                   /* of the first repeat */
+    sp_spec_stats stats;               /* summed over repeats */
+    bool lossless;                     /* tokens equal plain's (T = 0) */
+    double med_secs, med_tps;
+} result;
+
+typedef struct bench_opts {
+    const char *prompts_path, *json_path, *category;
+    char *methods[MAX_METHODS];
+    int n_methods, repeats, warmup, limit, max_tokens, draft_max;
+    float temp;
+    uint64_t seed;
+    sp_drafter_opts dopts;
+} bench_opts;
+
+/* ----------------------------------------------------------------------------
+ * Prompts
+ * ------------------------------------------------------------------------- */
+
+static int load_prompts(const bench_opts *o, const sp_engine *e, prompt *ps, int *n_out, sp_err *err) {
+    FILE *f = fopen(o->prompts_path, "r");
+    if (!f) return sp_err_set(err, "cannot open prompt set '%s'", o->prompts_path);
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0, lineno = 0, rc = 0;
+    sp_chat_format fmt = sp_chat_detect(e->model->gguf);
+    char defsys[1024];
+    const char *sys = sp_chat_default_system(e->model->gguf, defsys, sizeof defsys);
+    while (getline(&line, &cap, f) > 0) {
+        lineno++;
+        if (line[strspn(line, " \t\r\n")] == 0) continue;
+        if (n == MAX_PROMPTS) { rc = sp_err_set(err, "%s: more than %d prompts", o->prompts_path, MAX_PROMPTS); break; }
+        json_error_t je;
+        json_t *j = json_loads(line, 0, &je);
+        json_t *msgs = j ? json_object_get(j, "messages") : NULL;
+        const char *id = j ? json_string_value(json_object_get(j, "id")) : NULL;
+        const char *cat = j ? json_string_value(json_object_get(j, "category")) : NULL;
+        json_t *mt = j ? json_object_get(j, "max_tokens") : NULL;
+        if (!j || !json_is_array(msgs) || !id || !cat || !json_is_integer(mt) ||
+            json_integer_value(mt) < 1 || json_integer_value(mt) > 100000) {
+            rc = sp_err_set(err, "%s:%d: expected {\"id\",\"category\",\"messages\":[...],\"max_tokens\"}%s%s",
+                            o->prompts_path, lineno, j ? "" : ": ", j ? "" : je.text);
+            json_decref(j);
+            break;
+        }
+        if ((o->category && strcmp(o->category, cat)) || (o->limit && n >= o->limit)) { json_decref(j); continue; }
+        size_t nm = json_array_size(msgs);
+        sp_chat_msg *cm = sp_xcalloc(nm ? nm : 1, sizeof *cm);
+        bool ok = true;
+        for (size_t i = 0; i < nm; i++) {
+            json_t *m = json_array_get(msgs, i);
+            cm[i].role = json_string_value(json_object_get(m, "role"));
+            cm[i].content = json_string_value(json_object_get(m, "content"));
+            if (!cm[i].role || !cm[i].content) ok = false;
+        }
+        char *text = NULL;
+        if (!ok) rc = sp_err_set(err, "%s:%d: every message needs string role and content", o->prompts_path, lineno);
+        else if (sp_chat_render(fmt, cm, (int)nm, true, sys, &text, err)) rc = sp_err_prefix(err, "%s:%d", o->prompts_path, lineno);
+        prompt *p = &ps[n];
+        memset(p, 0, sizeof *p);
+        if (!rc && sp_tokenize(e->tok, text, strlen(text), sp_tokenizer_add_bos(e->tok), true, &p->toks, err))
+            rc = -1;
+        free(text);
+        free(cm);
+        if (!rc) {
+            p->id = sp_xstrdup(id);
+            p->category = sp_xstrdup(cat);
+            p->max_tokens = o->max_tokens ? o->max_tokens : (int)json_integer_value(mt);
+            if (p->toks.n + p->max_tokens + 1 > e->n_ctx)
+                rc = sp_err_set(err, "%s: prompt '%s' needs %d tokens of context, have %d (raise -c)",
+                                o->prompts_path, id, p->toks.n + p->max_tokens + 1, e->n_ctx);
+            else n++;
+        }
+        json_decref(j);
+        if (rc) { sp_tokens_free(&p->toks); break; }
+    }
+    free(line);
+    fclose(f);
+    *n_out = n;
+    if (!rc && n == 0) rc = sp_err_set(err, "%s: no prompts selected", o->prompts_path);
+    return rc;
+}
+
+/* ----------------------------------------------------------------------------
+ * One generation
+ * ------------------------------------------------------------------------- */
+
+typedef struct collect {
+    const sp_tokenizer *tok;
+    sp_tokens out;
+} collect;
+
+static sp_emit_result on_tok(void *ud, int32_t t, bool drafted) {
+    (void)drafted;
+    collect *c = ud;
+    sp_tokens_push(&c->out, t);
+    return sp_tokenizer_is_eog(c->tok, t) ? SP_EMIT_STOP : SP_EMIT_CONTINUE;
+}
+
+static int run_once(const sp_engine *e, sp_drafter *drafter, const bench_opts *o,
+                    const sp_cost_curve *cost, const prompt *p, int max_tokens, sp_spec_stats *st,
+                    sp_tokens *out, sp_err *err) {
+    sp_sampler_params sp = sp_sampler_defaults();
+    sp.temperature = o->temp;
+    sp.seed = o->seed;
+    if (o->temp > 0) { sp.top_k = 40; sp.top_p = 0.95f; sp.min_p = 0.05f; }
+    sp_sampler *smp = sp_sampler_create(&sp, e->model->hp.n_vocab);
+    sp_kv *kv = sp_kv_create(e->model, p->toks.n + max_tokens + 1);
+    sp_target t = sp_target_of(e->model);
+    sp_draft *d = drafter ? sp_draft_open(drafter, &t, err) : NULL;
+    int rc = -1;
+    if (drafter && !d) goto done;
+    collect c = { e->tok, { 0 } };
+    sp_gen_config cfg = { .max_tokens = max_tokens, .draft_max = drafter ? o->draft_max : 0, .cost = cost };
+    sp_finish fin;
+    rc = sp_generate(e->model, kv, e->ws, smp, d, &cfg, p->toks.ids, p->toks.n, on_tok, &c, st, &fin, err);
+    if (out) *out = c.out;
+    else sp_tokens_free(&c.out);
+done:
+    sp_draft_close(d);
+    sp_kv_free(kv);
+    sp_sampler_free(smp);
+    return rc;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median(const double *v, int n) {
+    double *c = sp_xmalloc((size_t)n * sizeof *c);
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_d);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
+}
+
+/* ----------------------------------------------------------------------------
+ * Aggregation and output
+ * ------------------------------------------------------------------------- */
+
+typedef struct agg {
+    double secs, tokens;
+    sp_spec_stats stats;
+    bool lossless;
+    int n;
+} agg;
+
+static void aggregate(const prompt *ps, int np, result *res, int nm, const char *cat, agg *out) {
+    for (int m = 0; m < nm; m++) {
+        memset(&out[m], 0, sizeof out[m]);
+        out[m].lossless = true;
+        for (int i = 0; i < np; i++) {
+            if (cat && strcmp(ps[i].category, cat)) continue;
+            const result *r = &res[i * nm + m];
+            out[m].secs += r->med_secs;
+            out[m].tokens += (double)r->emitted;
+            sp_stats_add(&out[m].stats, &r->stats);
+            out[m].lossless &= r->lossless;
+            out[m].n++;
+        }
+    }
+}
+
+static void print_rows(const char *label, const agg *a, const bench_opts *o) {
+    const double plain_tps = a[0].secs > 0 ? a[0].tokens / a[0].secs : 0;
+    for (int m = 0; m < o->n_methods; m++) {
+        const double tps = a[m].secs > 0 ? a[m].tokens / a[m].secs : 0;
+        const bool plain = !strcmp(o->methods[m], "plain");
+        printf("%-12s %-8s %8.1f %7.2fx", label, o->methods[m], tps, plain_tps > 0 ? tps / plain_tps : 0);
+        if (plain) printf(" %8s %9s %8s %9s\n", "-", "-", "1.00", "-");
+        else
+            printf(" %7.1f%% %9.2f %8.2f %9s\n", 100 * sp_stats_accept_rate(&a[m].stats),
+                   sp_stats_mean_accept_len(&a[m].stats), sp_stats_tokens_per_forward(&a[m].stats),
+                   o->temp == 0 ? (a[m].lossless ? "yes" : "NO") : "n/a");
+    }
+}
+
+static json_t *agg_json(const agg *a, const bench_opts *o) {
+    json_t *j = json_object();
+    const double plain_tps = a[0].secs > 0 ? a[0].tokens / a[0].secs : 0;
+    for (int m = 0; m < o->n_methods; m++) {
+        const double tps = a[m].secs > 0 ? a[m].tokens / a[m].secs : 0;
+        json_t *r = json_object();
+        json_object_set_new(r, "tokens_per_s", json_real(tps));
+        json_object_set_new(r, "speedup", json_real(plain_tps > 0 ? tps / plain_tps : 0));
+        json_object_set_new(r, "tokens", json_real(a[m].tokens));
+        json_object_set_new(r, "acceptance_rate", json_real(sp_stats_accept_rate(&a[m].stats)));
+        json_object_set_new(r, "mean_acceptance_length", json_real(sp_stats_mean_accept_len(&a[m].stats)));
+        json_object_set_new(r, "tokens_per_forward", json_real(sp_stats_tokens_per_forward(&a[m].stats)));
+        json_object_set_new(r, "drafted", json_integer(a[m].stats.drafted));
+        json_object_set_new(r, "accepted", json_integer(a[m].stats.accepted));
+        json_t *pos = json_array();
+        for (int i = 0; i < SP_STAT_POSITIONS && a[m].stats.pos_drafted[i]; i++)
+            json_array_append_new(pos, json_real((double)a[m].stats.pos_accepted[i] /
+                                                 (double)a[m].stats.pos_drafted[i]));
+        json_object_set_new(r, "acceptance_by_position", pos);
+        if (o->temp == 0) json_object_set_new(r, "lossless", json_boolean(a[m].lossless));
+        json_object_set_new(j, o->methods[m], r);
+    }
+    return j;
+}
+
+/* ----------------------------------------------------------------------------
+ * Verification cost
+ * ------------------------------------------------------------------------- */
+
+static int verify_cost(const char **models, int n_models, const sp_engine_opts *eo) {
+    static const char *defaults[] = { "smollm2-135m", "gemma3-270m" };
+    if (!n_models) { models = defaults; n_models = 2; }
+    int ks[16];
+    for (int k = 0; k < 16; k++) ks[k] = k + 1;
+    for (int i = 0; i < n_models; i++) {
+        sp_engine_opts o = *eo;
+        o.model = models[i];
+        sp_engine e;
+        sp_err err;
+        sp_cost_curve c;
+        if (sp_engine_open(&o, &e, &err) || sp_cost_measure(e.model, e.ws, ks, 16, 5, &c, &err)) {
+            fprintf(stderr, "specula bench: %s\n", err.msg);
+            return SP_EXIT_FAIL;
+        }
+        printf("# verify cost: %s, %d threads, median of 5, after a 32-token context\n", e.model->name, e.threads);
+        printf("# K ratio (t(K)/t(1)); t(1) = %.2f ms\n", c.t[1] * 1e3);
+        for (int k = 1; k <= 16; k++) printf("%d %.3f\n", k, c.t[k] / c.t[1]);
+        sp_engine_close(&e);
+    }
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------
+ * The command
+ * ------------------------------------------------------------------------- */
+
+static int parse_methods(const char *s, bench_opts *o) {
+    char *copy = sp_xstrdup(s), *save = NULL;
+    o->n_methods = 0;
+    o->methods[o->n_methods++] = sp_xstrdup("plain");   /* plain always first: the baseline */
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(t, "plain")) continue;
+        if (o->n_methods == MAX_METHODS) { free(copy); return sp_usage_error("bench", "at most %d methods", MAX_METHODS); }
+        o->methods[o->n_methods++] = sp_xstrdup(t);
+    }
+    free(copy);
+    return 0;
+}
+
+int sp_cmd_bench(int argc, char **argv) {
+    sp_engine_opts eo = { 0 };
+    bench_opts o = { .prompts_path = "../shared/bench/prompts.jsonl", .repeats = 3, .warmup = 1,
+                     .draft_max = SP_DRAFT_ADAPTIVE, .seed = 1 };
+    const char *methods = "plain,ngram", *models[8];
+    int n_models = 0;
+    bool vcost = false;
+    sp_args a = { "bench", argc, argv, 1 };
+    for (; a.i < argc; a.i++) {
+        if (sp_arg_is(&a, "-m|--model")) {
+            if (n_models == 8 || !sp_arg_str(&a, &models[n_models])) return SP_EXIT_USAGE;
+            eo.model = models[n_models++];
+            continue;
+        }
+        int c = sp_engine_opt(&a, &eo);
+        if (c < 0) return SP_EXIT_USAGE;
+        if (c > 0) continue;
+        if (sp_arg_is(&a, "-h|--help")) { fputs(bench_help, stdout); return 0; }
+        else if (sp_arg_is(&a, "--prompts")) { if (!sp_arg_str(&a, &o.prompts_path)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--methods")) { if (!sp_arg_str(&a, &methods)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--json")) { if (!sp_arg_str(&a, &o.json_path)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--category")) { if (!sp_arg_str(&a, &o.category)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--repeats")) { if (!sp_arg_int(&a, 1, 1000, &o.repeats)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--warmup")) { if (!sp_arg_int(&a, 0, 100, &o.warmup)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--limit")) { if (!sp_arg_int(&a, 1, MAX_PROMPTS, &o.limit)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--max-tokens")) { if (!sp_arg_int(&a, 1, 100000, &o.max_tokens)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--temp")) { if (!sp_arg_float(&a, 0, 100, &o.temp)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--seed")) { if (!sp_arg_u64(&a, &o.seed)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--ngram-min")) { if (!sp_arg_int(&a, 1, 64, &o.dopts.ngram_min)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--ngram-max")) { if (!sp_arg_int(&a, 1, 64, &o.dopts.ngram_max)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--draft-max")) {
+            if (a.i + 1 < argc && !strcmp(argv[a.i + 1], "adaptive")) { a.i++; o.draft_max = SP_DRAFT_ADAPTIVE; }
+            else if (!sp_arg_int(&a, 1, SP_MAX_DRAFT, &o.draft_max)) return SP_EXIT_USAGE;
+        }
+        else if (sp_arg_is(&a, "--verify-cost")) vcost = true;
+        else return sp_arg_unknown(&a);
+    }
+    if (vcost) return verify_cost(models, n_models, &eo);
+    if (n_models > 1) return sp_usage_error("bench", "one -m per run (except with --verify-cost)");
+    if (parse_methods(methods, &o)) return SP_EXIT_USAGE;
+
+    sp_err err;
+    sp_drafter *drafters[MAX_METHODS] = { 0 };
+    for (int m = 1; m < o.n_methods; m++)
+        if (!(drafters[m] = sp_drafter_create(o.methods[m], &o.dopts, &err)))
+            return sp_usage_error("bench", "--methods: %s", err.msg);
+    if (!eo.ctx) eo.ctx = 8192;
+    sp_engine e;
+    prompt *ps = sp_xcalloc(MAX_PROMPTS, sizeof *ps);
+    result *res = NULL;
+    int np = 0, rc = SP_EXIT_FAIL;
+    const int nm = o.n_methods;
+    sp_cost_curve cost;
+    if (sp_engine_open(&eo, &e, &err)) { fprintf(stderr, "specula bench: %s\n", err.msg); goto out_free; }
+    if (load_prompts(&o, &e, ps, &np, &err)) goto fail;
+    if (o.draft_max == SP_DRAFT_ADAPTIVE && sp_cost_get(e.model, e.ws, e.threads, &cost, &err)) goto fail;
+
+    /* warm-up: the first prompt, short, every method */
+    for (int w = 0; w < o.warmup; w++)
+        for (int m = 0; m < o.n_methods; m++) {
+            sp_spec_stats st;
+            if (run_once(&e, drafters[m], &o, &cost, &ps[0], 16, &st, NULL, &err)) goto fail;
+        }
+
+    res = sp_xcalloc((size_t)np * nm, sizeof *res);
+    uint64_t t_begin = sp_now_ns();
+    for (int i = 0; i < np; i++) {
+        sp_tokens ref = { 0 };
+        for (int m = 0; m < nm; m++) {
+            res[i * nm + m].tps = sp_xcalloc((size_t)o.repeats, sizeof(double));
+            res[i * nm + m].secs = sp_xcalloc((size_t)o.repeats, sizeof(double));
+            res[i * nm + m].lossless = true;
+        }
+        for (int r = 0; r < o.repeats; r++) {
+            for (int j = 0; j < nm; j++) {
+                const int m = (j + r) % nm;      /* rotate the method order */
+                result *R = &res[i * nm + m];
+                sp_spec_stats st;
+                sp_tokens out = { 0 };
+                if (run_once(&e, drafters[m], &o, &cost, &ps[i], ps[i].max_tokens, &st, &out, &err)) goto fail;
+                R->tps[r] = sp_stats_decode_tps(&st);
+                R->secs[r] = sp_ns_to_s(st.total_ns);
+                sp_stats_add(&R->stats, &st);
+                if (r == 0) R->emitted = st.emitted;
+                if (m == 0 && r == 0) { ref = out; out.ids = NULL; out.n = 0; }
+                else if (o.temp == 0 && r == 0 && m != 0) {
+                    /* plain ran first in repeat 0 (rotation offset 0) */
+                    R->lossless = out.n == ref.n && !memcmp(out.ids, ref.ids, (size_t)out.n * sizeof(int32_t));
+                }
+                sp_tokens_free(&out);
+            }
+            fprintf(stderr, "\r[%3d/%d] %-14s repeat %d/%d  elapsed %.0f s   ", i + 1, np, ps[i].id, r + 1,
+                    o.repeats, sp_ns_to_s(sp_now_ns() - t_begin));
+        }
+        sp_tokens_free(&ref);
+        for (int m = 0; m < nm; m++) {
+            result *R = &res[i * nm + m];
+            R->med_secs = median(R->secs, o.repeats);
+            R->med_tps = median(R->tps, o.repeats);
+        }
+    }
+    fprintf(stderr, "\n");
+
+    /* table */
+    char cats[64][64];
+    int nc = 0;
+    for (int i = 0; i < np; i++) {
+        bool seen = false;
+        for (int c = 0; c < nc; c++) seen |= !strcmp(cats[c], ps[i].category);
+        if (!seen && nc < 64) snprintf(cats[nc++], sizeof cats[0], "%s", ps[i].category);
+    }
+    printf("# specula bench: %s, %d threads, %d prompts from %s, temp %g, repeats %d, draft-max %s\n",
+           e.model->name, e.threads, np, o.prompts_path, (double)o.temp, o.repeats,
+           o.draft_max == SP_DRAFT_ADAPTIVE ? "adaptive" : "fixed");
+    if (o.draft_max != SP_DRAFT_ADAPTIVE) printf("# draft-max %d\n", o.draft_max);
+    printf("%-12s %-8s %8s %8s %8s %9s %8s %9s\n", "category", "method", "tok/s", "speedup", "accept",
+           "mean-len", "tok/fwd", "lossless");
+    agg *ag = sp_xcalloc((size_t)nm, sizeof *ag);
+    json_t *jcats = json_object();
+    for (int c = 0; c < nc; c++) {
+        aggregate(ps, np, res, nm, cats[c], ag);
+        print_rows(cats[c], ag, &o);
+        json_object_set_new(jcats, cats[c], agg_json(ag, &o));
+    }
+    aggregate(ps, np, res, nm, NULL, ag);
+    print_rows("overall", ag, &o);
+    bool all_lossless = true;
+    for (int m = 1; m < nm; m++) all_lossless &= ag[m].lossless;
+    if (o.json_path) {
+        json_t *root = json_object(), *jprompts = json_array(), *jm = json_array();
+        json_object_set_new(root, "model", json_string(e.model->name));
+        json_object_set_new(root, "threads", json_integer(e.threads));
+        json_object_set_new(root, "temperature", json_real(o.temp));
+        json_object_set_new(root, "repeats", json_integer(o.repeats));
+        json_object_set_new(root, "draft_max", o.draft_max == SP_DRAFT_ADAPTIVE ? json_string("adaptive") : json_integer(o.draft_max));
+        json_object_set_new(root, "prompts_file", json_string(o.prompts_path));
+        for (int m = 0; m < nm; m++) json_array_append_new(jm, json_string(o.methods[m]));
+        json_object_set_new(root, "methods", jm);
+        json_object_set_new(root, "categories", jcats);
+        json_object_set_new(root, "overall", agg_json(ag, &o));
+        for (int i = 0; i < np; i++) {
+            json_t *jp = json_object();
+            json_object_set_new(jp, "id", json_string(ps[i].id));
+            json_object_set_new(jp, "category", json_string(ps[i].category));
+            json_object_set_new(jp, "prompt_tokens", json_integer(ps[i].toks.n));
+            for (int m = 0; m < nm; m++) {
+                const result *R = &res[i * nm + m];
+                json_t *r = json_object();
+                json_object_set_new(r, "tokens_per_s_median", json_real(R->med_tps));
+                json_object_set_new(r, "tokens", json_integer(R->emitted));
+                json_object_set_new(r, "acceptance_rate", json_real(sp_stats_accept_rate(&R->stats)));
+                json_object_set_new(r, "mean_acceptance_length", json_real(sp_stats_mean_accept_len(&R->stats)));
+                json_object_set_new(jp, o.methods[m], r);
+            }
+            json_array_append_new(jprompts, jp);
+        }
+        json_object_set_new(root, "prompts", jprompts);
+        if (json_dump_file(root, o.json_path, JSON_INDENT(1)) != 0)
+            fprintf(stderr, "specula bench: cannot write %s\n", o.json_path);
+        json_decref(root);
+    } else {
+        json_decref(jcats);
+    }
+    free(ag);
+    if (o.temp == 0 && !all_lossless) {
+        fprintf(stderr, "specula bench: a speculative method did not reproduce plain decoding\n");
+        rc = SP_EXIT_FAIL;
+    } else {
+        rc = 0;
+    }
+    goto out;
+fail:
+    fprintf(stderr, "\nspecula bench: %s\n", err.msg);
+out:
+    if (res)
+        for (int i = 0; i < np * nm; i++) { free(res[i].tps); free(res[i].secs); }
+    free(res);
+    for (int i = 0; i < np; i++) { free(ps[i].id); free(ps[i].category); sp_tokens_free(&ps[i].toks); }
+    sp_engine_close(&e);
+out_free:
+    free(ps);
+    for (int m = 0; m < o.n_methods; m++) { free(o.methods[m]); sp_drafter_free(drafters[m]); }
+    return rc;
+}
