@@ -26,7 +26,7 @@ check "negative temperature exits 2" bash -c "[ $rc -eq 2 ] && grep -q -- '--tem
 check "missing value exits 2" bash -c "[ $rc -eq 2 ] && grep -q 'needs a value' $tmp/e"
 "$BIN" run >/dev/null 2>"$tmp/e"; rc=$?
 check "missing prompt exits 2" bash -c "[ $rc -eq 2 ] && grep -q 'no prompt' $tmp/e"
-for c in run info perplexity; do
+for c in run info perplexity bench; do
     "$BIN" $c --help > "$tmp/h" 2>&1; rc=$?
     check "$c --help exits 0 and prints usage" bash -c "[ $rc -eq 0 ] && grep -q 'usage: specula $c' $tmp/h"
 done
@@ -67,6 +67,31 @@ check "gemma3 greedy run (llama.cpp: \" the capital of the country of France\")"
 printf 'The capital of France is' > "$tmp/p.txt"
 "$BIN" run -m smollm2-135m -f "$tmp/p.txt" -n 12 --temp 0 > "$tmp/o3" 2>/dev/null
 check "prompt from file equals -p" cmp -s "$tmp/o1" "$tmp/o3"
+
+# speculative run: same text as plain, one-line summary on stderr
+"$BIN" run -m smollm2-135m -p "1. red 2. green 3. blue 1. red 2. green 3." -n 12 --temp 0 > "$tmp/p0" 2>/dev/null
+"$BIN" run -m smollm2-135m -p "1. red 2. green 3. blue 1. red 2. green 3." -n 12 --temp 0 --spec ngram --draft-max 4 > "$tmp/p1" 2>"$tmp/s1"
+check "run --spec ngram equals plain" cmp -s "$tmp/p0" "$tmp/p1"
+check "run --spec ngram prints the speculation summary" grep -q "^spec ngram: .* rounds .*drafted .*accepted .*mean accept len" "$tmp/s1"
+"$BIN" run -p x --spec bogus >/dev/null 2>"$tmp/e"; rc=$?
+check "unknown --spec exits 2" bash -c "[ $rc -eq 2 ] && grep -q \"unknown speculative method 'bogus'\" $tmp/e"
+"$BIN" run -p x --draft-max 99 >/dev/null 2>&1; check "--draft-max out of range exits 2" test $? -eq 2
+
+# bench: a two-prompt set, plain vs ngram, table + JSON, lossless
+cat > "$tmp/prompts.jsonl" <<'JSONL'
+{"id": "t1", "category": "transform", "messages": [{"role": "user", "content": "Repeat exactly: alpha beta gamma delta alpha beta gamma delta"}], "max_tokens": 12}
+
+{"id": "t2", "category": "chat", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}
+JSONL
+"$BIN" bench -m smollm2-135m --prompts "$tmp/prompts.jsonl" --methods plain,ngram --repeats 1 --warmup 0 --draft-max 4 --json "$tmp/b.json" > "$tmp/b.txt" 2>"$tmp/b.err"; rc=$?
+check "bench exits 0" test $rc -eq 0
+check "bench prints per-category and overall rows" bash -c "grep -q '^transform *ngram' $tmp/b.txt && grep -q '^chat *plain' $tmp/b.txt && grep -q '^overall *ngram .* yes$' $tmp/b.txt"
+check "bench JSON has overall speedup and acceptance" python3 -c "import json; d=json.load(open('$tmp/b.json')); o=d['overall']['ngram']; assert o['lossless'] and o['speedup']>0 and 'acceptance_rate' in o and len(d['prompts'])==2"
+check "bench shows progress on stderr" grep -q "\[  2/2\]" "$tmp/b.err"
+printf '{"id": "x", "category": "c", "messages": "nope", "max_tokens": 4}\n' > "$tmp/bad.jsonl"
+"$BIN" bench -m smollm2-135m --prompts "$tmp/bad.jsonl" > /dev/null 2>"$tmp/e"; rc=$?
+check "bench rejects a malformed prompt line with its line number" bash -c "[ $rc -eq 1 ] && grep -q 'bad.jsonl:1: expected' $tmp/e"
+"$BIN" bench --methods plain,bogus >/dev/null 2>&1; check "bench unknown method exits 2" test $? -eq 2
 
 # perplexity on the first chunk, against llama.cpp's value (tests/data/perplexity-reference.json)
 ref_chunk0() { python3 -c "import json,sys; d=json.load(open('tests/data/perplexity-reference.json')); print([m for m in d['models'] if m['key']==sys.argv[1]][0]['chunks'][0]['ppl'])" "$1"; }
