@@ -41,6 +41,17 @@ head -c 100 /dev/urandom > "$tmp/bad.gguf"
 "$BIN" info -m "$tmp/bad.gguf" >/dev/null 2>"$tmp/e"; rc=$?
 check "garbage file exits 1 with a gguf error" bash -c "[ $rc -eq 1 ] && grep -qi 'gguf' $tmp/e"
 
+# an unknown architecture or tensor type is refused with the supported list
+SMOL="${SPECULA_MODELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specula/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
+python3 tests/tools/patch_gguf.py "$SMOL" "$tmp/arch.gguf" arch mamba
+"$BIN" info -m "$tmp/arch.gguf" >/dev/null 2>"$tmp/e"; rc=$?
+check "unknown architecture lists the supported ones" bash -c "[ $rc -eq 1 ] && grep -q \"unsupported architecture 'mamba' (supported: llama, gemma3)\" $tmp/e"
+rm -f "$tmp/arch.gguf"
+python3 tests/tools/patch_gguf.py "$SMOL" "$tmp/type.gguf" ttype blk.3.attn_norm.weight 26
+"$BIN" run -m "$tmp/type.gguf" -p hi >/dev/null 2>"$tmp/e"; rc=$?
+check "unsupported tensor type lists the supported ones" bash -c "[ $rc -eq 1 ] && grep -q \"blk.3.attn_norm.weight' has unsupported type I32 (supported: F32, F16, BF16, Q4_0\" $tmp/e"
+rm -f "$tmp/type.gguf"
+
 # info
 "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
 check "info smollm2: llama, 30 layers, BPE, chatml" bash -c "grep -q 'architecture:  llama' $tmp/i && grep -q 'layers:        30' $tmp/i && grep -q 'gpt2' $tmp/i && grep -q 'chatml' $tmp/i"
