@@ -5,16 +5,37 @@
  * short while (the next op usually arrives within microseconds) and only
  * then sleep on a condition variable, so per-op cost stays low without
  * burning a core while the engine is idle.
+ *
+ * Every wait (a worker for the next op, the caller for the workers) spins
+ * with a pause hint first and then calls sched_yield between checks: when
+ * the machine is oversubscribed (other processes, more threads than
+ * cores) the thread being waited for may be descheduled, and a pure spin
+ * would burn the time slice it needs.
  */
 #include "base/base.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#define SP_POOL_SPIN 200000
+#define SP_POOL_SPIN 200000      /* checks before a worker sleeps */
+#define SP_POOL_PURE_SPIN 1000   /* checks before a waiter starts yielding */
+
+/* One wait step: a CPU pause hint for the first checks, then yield. */
+static inline void sp_pool_relax(int spins) {
+    if (spins < SP_POOL_PURE_SPIN) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+    } else {
+        sched_yield();
+    }
+}
 
 struct sp_pool {
     int n;                       /* threads including the caller */
@@ -40,7 +61,7 @@ static void *sp_worker(void *p) {
         int spins = 0;
         while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
                !atomic_load(&pool->stop) && spins < SP_POOL_SPIN)
-            spins++;
+            sp_pool_relax(spins++);
         if (g == seen && !atomic_load(&pool->stop)) {
             pthread_mutex_lock(&pool->mu);
             while ((g = atomic_load(&pool->gen)) == seen && !atomic_load(&pool->stop))
@@ -101,8 +122,8 @@ void sp_pool_run(sp_pool *pool, sp_pool_fn fn, void *ctx) {
     pthread_cond_broadcast(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
     fn(ctx, 0, pool->n);
-    while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0)
-        ;
+    for (int spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++)
+        sp_pool_relax(spins);
 }
 
 int sp_physical_cores(void) {

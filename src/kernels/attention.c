@@ -9,7 +9,7 @@
  * Without these two roundings every attention output differs from
  * llama.cpp's by 1e-4..1e-3 relative; with them it agrees to float
  * rounding when both are given the same inputs. */
-#include "kernels/kernels.h"
+#include "kernels/internal.h"
 
 #include <string.h>
 
@@ -19,6 +19,7 @@ static inline float sp_attn_f16_round(float x) { return sp_f16_to_f32(sp_f32_to_
  * order, so a row's output depends only on its own query and the cache. */
 void sp_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v, size_t stride,
                   int head_dim, int lo, int hi, float scale, float *scores) {
+    SP_KDISPATCH(attn_head, out, q, k, v, stride, head_dim, lo, hi, scale, scores);
     const int n = hi - lo;
     /* out holds the F16-rounded query until the scores are done (out may be q). */
     for (int d = 0; d < head_dim; d++) out[d] = sp_attn_f16_round(q[d]);

@@ -22,6 +22,29 @@
 #include "base/base.h"
 
 /* ------------------------------------------------------------------------
+ * Run-time dispatch (cpu.c)
+ *
+ * The kernels have a portable C implementation and, on x86-64, an
+ * AVX2+FMA+F16C one; the best level the CPU supports is chosen on first use
+ * unless the environment variable SPECULA_SIMD says otherwise ("scalar",
+ * "avx2" or "auto").  The SIMD results may differ from the portable ones
+ * within float rounding (other summation orders), but each level on its
+ * own keeps every guarantee of this header, batch invariance included.
+ * sp_vec_dot and sp_quantize_row are always the portable reference.
+ * ---------------------------------------------------------------------- */
+typedef enum sp_simd { SP_SIMD_SCALAR = 0, SP_SIMD_AVX2 = 1 } sp_simd;
+
+/* Best level this CPU (and OS) supports. */
+sp_simd sp_kernels_simd_best(void);
+/* Level in use. */
+sp_simd sp_kernels_simd(void);
+/* Switches level (tests, benchmarks): returns 0, or -1 if the CPU lacks
+ * it.  Not thread-safe: call while no kernel runs. */
+int sp_kernels_set_simd(sp_simd level);
+/* The level in use, for logs: "scalar" or "avx2+fma+f16c". */
+const char *sp_kernels_describe(void);
+
+/* ------------------------------------------------------------------------
  * Block formats (quant.c)
  *
  * Supported weight types: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,

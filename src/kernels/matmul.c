@@ -1,39 +1,63 @@
 /* Matrix multiplication of quantized weights by activation rows.
  *
  * Each activation row is quantized once to the weight type's activation
- * format; then every output element is one sp_vec_dot of a weight row with
- * an activation row.  Threads split the output rows (the weight matrix), so
- * each weight row is read from memory once per call whatever the number of
- * activation rows, and the result of an element never depends on the
- * number of rows or threads: the multiplication is batch-invariant.
+ * format.  Threads then take chunks of output rows (weight rows) from a
+ * shared counter, so both cores stay busy even when one is disturbed and
+ * each weight row is read from memory once per call whatever the number
+ * of activation rows:
+ *   - SIMD path (dispatch table has a kernel for the type): activations in
+ *     the split layout of internal.h, and one dot_rows call per weight row
+ *     computes it against all activation rows (the weight blocks are
+ *     unpacked once per chunk of rows, not once per row);
+ *   - portable path: one sp_vec_dot per (weight row, activation row).
+ * Either way an output element is a fixed function of its weight row and
+ * activation row: which thread computes it, and how many rows share the
+ * call, change nothing (batch invariance).
  */
-#include "kernels/kernels.h"
+#include "kernels/internal.h"
 
-#include <string.h>
+#include <stdatomic.h>
+
+/* Bytes from the start of scratch to the first 64-byte boundary. */
+static size_t sp_mm_align_pad(const void *p) { return (size_t)(-(uintptr_t)p & 63u); }
 
 size_t sp_matmul_scratch_bytes(uint32_t wtype, int64_t n_in, int n_rows) {
     const uint32_t at = sp_act_type(wtype);
-    if (at == SP_F32) return 0;
-    return (size_t)sp_dtype_row_bytes(at, (uint64_t)n_in) * (size_t)n_rows;
+    const size_t portable = at == SP_F32 ? 0 : (size_t)sp_dtype_row_bytes(at, (uint64_t)n_in) * (size_t)n_rows;
+    const size_t simd = sp_act_split_bytes(wtype, n_in) * (size_t)n_rows + 64;
+    return portable > simd ? portable : simd;
 }
 
 typedef struct {
     const sp_matrix *w;
-    const void *xq;           /* n_rows activation rows in act format */
-    size_t xq_stride;         /* bytes between activation rows */
+    const sp_kfuncs *k;       /* SIMD table, or NULL for the portable path */
+    const float *x;           /* n_rows float rows (stride n_in) */
+    void *xq;                 /* n_rows prepared activation rows */
+    size_t xq_stride;         /* bytes between prepared rows */
     int n_rows;
     float *y;
     int64_t ldy;
+    int64_t chunk;            /* output rows taken at a time */
+    _Atomic int64_t next;     /* first output row not yet taken */
 } sp_matmul_job;
 
-/* Thread ith computes a contiguous range of output rows for all activation
- * rows; the split depends only on n_out and the thread count. */
-static void sp_matmul_worker(void *ctx, int ith, int nth) {
-    const sp_matmul_job *job = ctx;
+/* Activation row r: the split layout (SIMD) or blocks of sp_act_type. */
+static void sp_mm_prepare(sp_matmul_job *job, int r) {
+    const int64_t n = job->w->n_in;
+    void *dst = (uint8_t *)job->xq + (size_t)r * job->xq_stride;
+    if (job->k) job->k->act_prepare(job->w->type, job->x + (size_t)r * (size_t)n, n, dst);
+    else sp_quantize_row(sp_act_type(job->w->type), job->x + (size_t)r * (size_t)n, dst, n);
+}
+
+/* Output rows [lo, hi) for every activation row. */
+static void sp_mm_rows(const sp_matmul_job *job, int64_t lo, int64_t hi) {
     const sp_matrix *w = job->w;
     const size_t wrow = (size_t)sp_dtype_row_bytes(w->type, (uint64_t)w->n_in);
-    int64_t lo, hi;
-    sp_split(w->n_out, ith, nth, &lo, &hi);
+    if (job->k) {
+        job->k->dot_rows(w->type, w->n_in, (const uint8_t *)w->data + (size_t)lo * wrow, wrow, hi - lo,
+                         job->xq, job->xq_stride, job->n_rows, job->y + lo, (size_t)job->ldy);
+        return;
+    }
     for (int64_t o = lo; o < hi; o++) {
         const void *wr = (const uint8_t *)w->data + (size_t)o * wrow;
         for (int r = 0; r < job->n_rows; r++) {
@@ -43,20 +67,40 @@ static void sp_matmul_worker(void *ctx, int ith, int nth) {
     }
 }
 
+/* Each thread takes chunks of output rows until none is left. */
+static void sp_matmul_worker(void *ctx, int ith, int nth) {
+    sp_matmul_job *job = ctx;
+    const int64_t n_out = job->w->n_out;
+    for (;;) {
+        const int64_t lo = atomic_fetch_add_explicit(&job->next, job->chunk, memory_order_relaxed);
+        if (lo >= n_out) break;
+        sp_mm_rows(job, lo, lo + job->chunk < n_out ? lo + job->chunk : n_out);
+    }
+}
+
 void sp_matmul(const sp_matrix *w, const float *x, int n_rows, float *y, int64_t ldy,
                void *scratch, sp_pool *pool) {
+    const sp_kfuncs *k = sp_kern();
     const uint32_t at = sp_act_type(w->type);
-    sp_matmul_job job = { .w = w, .n_rows = n_rows, .y = y, .ldy = ldy };
-    if (at == SP_F32) {
-        job.xq = x;
+    const int nth = sp_pool_size(pool);
+    sp_matmul_job job = { .w = w, .x = x, .n_rows = n_rows, .y = y, .ldy = ldy };
+    if (k->dot_supports && k->dot_supports(w->type)) {
+        job.k = k;
+        job.xq = (uint8_t *)scratch + sp_mm_align_pad(scratch);
+        job.xq_stride = sp_act_split_bytes(w->type, w->n_in);
+    } else if (at == SP_F32) {
+        job.xq = (void *)(uintptr_t)x;
         job.xq_stride = (size_t)w->n_in * sizeof(float);
     } else {
-        job.xq_stride = (size_t)sp_dtype_row_bytes(at, (uint64_t)w->n_in);
-        for (int r = 0; r < n_rows; r++)
-            sp_quantize_row(at, x + (size_t)r * (size_t)w->n_in,
-                            (uint8_t *)scratch + (size_t)r * job.xq_stride, w->n_in);
         job.xq = scratch;
+        job.xq_stride = (size_t)sp_dtype_row_bytes(at, (uint64_t)w->n_in);
     }
+    /* About 8 chunks per thread, so a late or slower core gets less. */
+    int64_t chunk = w->n_out / (8 * (int64_t)nth);
+    job.chunk = chunk < 4 ? 4 : (chunk > 256 ? 256 : chunk);
+    atomic_init(&job.next, 0);
+    if (job.xq != x)
+        for (int r = 0; r < n_rows; r++) sp_mm_prepare(&job, r);
     sp_pool_run(pool, sp_matmul_worker, &job);
 }
 

@@ -5,11 +5,12 @@
  * double, RoPE advances theta by repeated multiplication, softmax sums the
  * exponentials in double, GELU goes through F16 as ggml's table does.
  */
-#include "kernels/kernels.h"
+#include "kernels/internal.h"
 
 #include <math.h>
 
 void sp_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    SP_KDISPATCH(rmsnorm, out, x, w, n, eps);
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
     const float mean = (float)(sum / n);
@@ -38,6 +39,7 @@ void sp_rope(float *head, int head_dim, int n_rot, int pos, float freq_base, boo
 }
 
 void sp_softmax(float *x, int n) {
+    SP_KDISPATCH(softmax, x, n);
     float max = -INFINITY;
     for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
     double sum = 0.0;
@@ -51,6 +53,7 @@ void sp_softmax(float *x, int n) {
 }
 
 void sp_swiglu(float *out, const float *gate, const float *up, int n) {
+    SP_KDISPATCH(swiglu, out, gate, up, n);
     for (int i = 0; i < n; i++) {
         const float g = gate[i];
         out[i] = (g / (1.0f + expf(-g))) * up[i];
@@ -64,7 +67,7 @@ void sp_swiglu(float *out, const float *gate, const float *up, int n) {
  * formula (equal to ggml's entry unless the two compilations' float
  * rounding straddles an F16 rounding boundary, which is rare).  Plain float
  * GELU would differ from llama.cpp by about 5e-4 relative on every element. */
-static float sp_gelu_f16(float x) {
+float sp_gelu_f16(float x) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
     if (x <= -10.0f) return 0.0f;
     if (x >= 10.0f) return x;
@@ -74,13 +77,16 @@ static float sp_gelu_f16(float x) {
 }
 
 void sp_geglu(float *out, const float *gate, const float *up, int n) {
+    SP_KDISPATCH(geglu, out, gate, up, n);
     for (int i = 0; i < n; i++) out[i] = sp_gelu_f16(gate[i]) * up[i];
 }
 
 void sp_vec_add(float *y, const float *x, int n) {
+    SP_KDISPATCH(vec_add, y, x, n);
     for (int i = 0; i < n; i++) y[i] += x[i];
 }
 
 void sp_vec_scale(float *y, float s, int n) {
+    SP_KDISPATCH(vec_scale, y, s, n);
     for (int i = 0; i < n; i++) y[i] *= s;
 }

@@ -1,8 +1,9 @@
 /*
  * Tensor block formats: the ggml/GGUF quantized layouts, their conversion
  * to and from floats, and the dot product of a weight row with an
- * activation row (portable C; a SIMD path may later replace any per-type
- * function below behind the same interface).
+ * activation row (portable C).  These are the reference implementations:
+ * the SIMD matmul (quant_avx2.c) quantizes activations to the same values
+ * and computes the same dot products in another summation order.
  *
  * Layouts are bit-exact with ggml's, because the weights come from real
  * llama.cpp files.  Every block is declared with byte arrays only, so a
@@ -36,7 +37,7 @@
  *
  * Precondition: sp_base_init() has run (the fp16 table).
  */
-#include "kernels/kernels.h"
+#include "kernels/internal.h"
 
 #include <assert.h>
 #include <math.h>
@@ -48,42 +49,7 @@
 #error "quant.c reads GGUF little-endian blocks directly: little-endian hosts only"
 #endif
 
-/* ========================================================================
- * Block layouts (as in ggml-common.h)
- * ===================================================================== */
-#define SP_QK 32        /* elements per block of the legacy formats */
-#define SP_QK_K 256     /* elements per K-quant super-block */
-
-typedef struct { uint8_t d[2]; uint8_t qs[16]; } sp_blk_q4_0;            /* x = d*(q-8) */
-typedef struct { uint8_t d[2]; uint8_t m[2]; uint8_t qs[16]; } sp_blk_q4_1; /* x = d*q + m */
-typedef struct { uint8_t d[2]; uint8_t qh[4]; uint8_t qs[16]; } sp_blk_q5_0; /* x = d*(q-16) */
-typedef struct { uint8_t d[2]; uint8_t m[2]; uint8_t qh[4]; uint8_t qs[16]; } sp_blk_q5_1;
-typedef struct { uint8_t d[2]; int8_t qs[32]; } sp_blk_q8_0;             /* x = d*q */
-typedef struct { uint8_t d[2]; uint8_t s[2]; int8_t qs[32]; } sp_blk_q8_1; /* s = d*sum(q) */
-/* Q4_K: 8 sub-blocks of 32; x = d*sc[s]*q - dmin*mn[s], sc/mn 6-bit packed
- * in scales[12]; qs byte l of 64-chunk c holds element 64c+l (low nibble)
- * and 64c+32+l (high nibble). */
-typedef struct { uint8_t d[2]; uint8_t dmin[2]; uint8_t scales[12]; uint8_t qs[128]; } sp_blk_q4_K;
-/* Q5_K: as Q4_K plus a fifth bit: bit 2c of qh[l] for element 64c+l, bit
- * 2c+1 for element 64c+32+l. */
-typedef struct {
-    uint8_t d[2]; uint8_t dmin[2]; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128];
-} sp_blk_q5_K;
-/* Q6_K: 16 sub-blocks of 16 with int8 scales; x = d*scales[e/16]*(q-32). */
-typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint8_t d[2]; } sp_blk_q6_K;
-/* Q8_K: float d, 256 int8, bsums[g] = sum of qs[16g..16g+15] as int16. */
-typedef struct { uint8_t d[4]; int8_t qs[256]; uint8_t bsums[32]; } sp_blk_q8_K;
-
-_Static_assert(sizeof(sp_blk_q4_0) == 18, "q4_0 layout");
-_Static_assert(sizeof(sp_blk_q4_1) == 20, "q4_1 layout");
-_Static_assert(sizeof(sp_blk_q5_0) == 22, "q5_0 layout");
-_Static_assert(sizeof(sp_blk_q5_1) == 24, "q5_1 layout");
-_Static_assert(sizeof(sp_blk_q8_0) == 34, "q8_0 layout");
-_Static_assert(sizeof(sp_blk_q8_1) == 36, "q8_1 layout");
-_Static_assert(sizeof(sp_blk_q4_K) == 144, "q4_K layout");
-_Static_assert(sizeof(sp_blk_q5_K) == 176, "q5_K layout");
-_Static_assert(sizeof(sp_blk_q6_K) == 210, "q6_K layout");
-_Static_assert(sizeof(sp_blk_q8_K) == 292, "q8_K layout");
+/* Block layouts (as in ggml-common.h): see internal.h. */
 
 /* ========================================================================
  * Helpers
@@ -155,18 +121,6 @@ static inline void sp_q_minmax(const float *x, int n, float *mn, float *mx) {
     }
     *mn = lo;
     *mx = hi;
-}
-
-/* Decodes the 8 six-bit scales and mins of a Q4_K/Q5_K block. */
-static inline void sp_q_kscales(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-    }
-    for (int j = 4; j < 8; j++) {
-        sc[j] = (uint8_t)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-        mn[j] = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
 }
 
 static _Noreturn void sp_q_bad_type(const char *fn, uint32_t t) {

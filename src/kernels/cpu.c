@@ -1,0 +1,96 @@
+/* CPU feature detection and the kernels' dispatch table.
+ *
+ * The table is picked once, on the first sp_kern() call, from what the CPU
+ * supports and SPECULA_SIMD; the pointer is published atomically so the
+ * worker threads that run kernels concurrently all see one table. */
+#include "kernels/internal.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The portable table: every entry NULL, so each public function runs its
+ * own C code. */
+static const sp_kfuncs sp_kfuncs_scalar = { .name = "scalar", .level = SP_SIMD_SCALAR };
+
+#if defined(__x86_64__)
+const sp_kfuncs sp_kfuncs_avx2 = {
+    .name = "avx2+fma+f16c",
+    .level = SP_SIMD_AVX2,
+    .dot_supports = sp_avx2_dot_supports,
+    .act_prepare = sp_avx2_act_prepare,
+    .dot_rows = sp_avx2_dot_rows,
+    .rmsnorm = sp_avx2_rmsnorm,
+    .softmax = sp_avx2_softmax,
+    .swiglu = sp_avx2_swiglu,
+    .geglu = sp_avx2_geglu,
+    .vec_add = sp_avx2_vec_add,
+    .vec_scale = sp_avx2_vec_scale,
+    .attn_head = sp_avx2_attn_head,
+};
+#endif
+
+static _Atomic(const sp_kfuncs *) sp_kern_active;
+
+/* True if the CPU and the OS support AVX2, FMA and F16C.  GCC's
+ * __builtin_cpu_supports reads CPUID and checks XGETBV for the saved YMM
+ * state, so a kernel that runs without AVX support in the OS reports false. */
+static bool sp_cpu_has_avx2(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#else
+    return false;
+#endif
+}
+
+sp_simd sp_kernels_simd_best(void) {
+    return sp_cpu_has_avx2() ? SP_SIMD_AVX2 : SP_SIMD_SCALAR;
+}
+
+static const sp_kfuncs *sp_kfuncs_for(sp_simd level) {
+#if defined(__x86_64__)
+    if (level == SP_SIMD_AVX2) return &sp_kfuncs_avx2;
+#endif
+    (void)level;
+    return &sp_kfuncs_scalar;
+}
+
+/* The level SPECULA_SIMD asks for, capped by what the CPU supports; an
+ * unknown value or an unsupported level is reported once on stderr. */
+static sp_simd sp_simd_from_env(void) {
+    const sp_simd best = sp_kernels_simd_best();
+    const char *e = getenv("SPECULA_SIMD");
+    if (!e || !*e || strcmp(e, "auto") == 0) return best;
+    if (strcmp(e, "scalar") == 0) return SP_SIMD_SCALAR;
+    if (strcmp(e, "avx2") == 0) {
+        if (best >= SP_SIMD_AVX2) return SP_SIMD_AVX2;
+        fprintf(stderr, "specula: SPECULA_SIMD=avx2 but this CPU lacks AVX2/FMA/F16C; using scalar\n");
+        return SP_SIMD_SCALAR;
+    }
+    fprintf(stderr, "specula: unknown SPECULA_SIMD=%s (scalar, avx2, auto); using %s\n", e,
+            sp_kfuncs_for(best)->name);
+    return best;
+}
+
+const sp_kfuncs *sp_kern(void) {
+    const sp_kfuncs *k = atomic_load_explicit(&sp_kern_active, memory_order_acquire);
+    if (k) return k;
+    /* Two threads may get here at once; both compute the same table. */
+    const sp_kfuncs *want = sp_kfuncs_for(sp_simd_from_env());
+    const sp_kfuncs *expected = NULL;
+    if (!atomic_compare_exchange_strong(&sp_kern_active, &expected, want)) return expected;
+    return want;
+}
+
+sp_simd sp_kernels_simd(void) { return sp_kern()->level; }
+
+int sp_kernels_set_simd(sp_simd level) {
+    if (level != SP_SIMD_SCALAR && level > sp_kernels_simd_best()) return -1;
+    atomic_store_explicit(&sp_kern_active, sp_kfuncs_for(level), memory_order_release);
+    return 0;
+}
+
+const char *sp_kernels_describe(void) { return sp_kern()->name; }

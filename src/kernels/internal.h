@@ -1,0 +1,196 @@
+/*
+ * kernels/internal.h — private to the kernels layer (never included from
+ * another layer): the ggml block layouts shared by the portable code
+ * (quant.c) and the SIMD code (*_avx2.c), and the dispatch table that picks
+ * the SIMD or the portable implementation at run time.
+ *
+ * Dispatch.  One binary runs on any x86-64: the AVX2 code is compiled with
+ * per-function target attributes and only reached after CPUID said the CPU
+ * (and the OS, via XGETBV) supports AVX2, FMA and F16C.  The active table
+ * is chosen once, on first use, from the CPU and the environment variable
+ * SPECULA_SIMD (scalar | avx2 | auto); tests switch it with
+ * sp_kernels_set_simd().  A NULL entry means "use the portable code".
+ */
+#ifndef SP_KERNELS_INTERNAL_H
+#define SP_KERNELS_INTERNAL_H
+
+#include "kernels/kernels.h"
+
+#include <string.h>
+
+/* ========================================================================
+ * Block layouts (as in ggml-common.h).  Byte arrays only, so a block needs
+ * no alignment; multi-byte fields are little-endian, read with memcpy.
+ * ===================================================================== */
+#define SP_QK 32        /* elements per block of the legacy formats */
+#define SP_QK_K 256     /* elements per K-quant super-block */
+
+typedef struct { uint8_t d[2]; uint8_t qs[16]; } sp_blk_q4_0;            /* x = d*(q-8) */
+typedef struct { uint8_t d[2]; uint8_t m[2]; uint8_t qs[16]; } sp_blk_q4_1; /* x = d*q + m */
+typedef struct { uint8_t d[2]; uint8_t qh[4]; uint8_t qs[16]; } sp_blk_q5_0; /* x = d*(q-16) */
+typedef struct { uint8_t d[2]; uint8_t m[2]; uint8_t qh[4]; uint8_t qs[16]; } sp_blk_q5_1;
+typedef struct { uint8_t d[2]; int8_t qs[32]; } sp_blk_q8_0;             /* x = d*q */
+typedef struct { uint8_t d[2]; uint8_t s[2]; int8_t qs[32]; } sp_blk_q8_1; /* s = d*sum(q) */
+/* Q4_K: 8 sub-blocks of 32; x = d*sc[s]*q - dmin*mn[s], sc/mn 6-bit packed
+ * in scales[12]; qs byte l of 64-chunk c holds element 64c+l (low nibble)
+ * and 64c+32+l (high nibble). */
+typedef struct { uint8_t d[2]; uint8_t dmin[2]; uint8_t scales[12]; uint8_t qs[128]; } sp_blk_q4_K;
+/* Q5_K: as Q4_K plus a fifth bit: bit 2c of qh[l] for element 64c+l, bit
+ * 2c+1 for element 64c+32+l. */
+typedef struct {
+    uint8_t d[2]; uint8_t dmin[2]; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128];
+} sp_blk_q5_K;
+/* Q6_K: 16 sub-blocks of 16 with int8 scales; x = d*scales[e/16]*(q-32). */
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint8_t d[2]; } sp_blk_q6_K;
+/* Q8_K: float d, 256 int8, bsums[g] = sum of qs[16g..16g+15] as int16. */
+typedef struct { uint8_t d[4]; int8_t qs[256]; uint8_t bsums[32]; } sp_blk_q8_K;
+
+_Static_assert(sizeof(sp_blk_q4_0) == 18, "q4_0 layout");
+_Static_assert(sizeof(sp_blk_q4_1) == 20, "q4_1 layout");
+_Static_assert(sizeof(sp_blk_q5_0) == 22, "q5_0 layout");
+_Static_assert(sizeof(sp_blk_q5_1) == 24, "q5_1 layout");
+_Static_assert(sizeof(sp_blk_q8_0) == 34, "q8_0 layout");
+_Static_assert(sizeof(sp_blk_q8_1) == 36, "q8_1 layout");
+_Static_assert(sizeof(sp_blk_q4_K) == 144, "q4_K layout");
+_Static_assert(sizeof(sp_blk_q5_K) == 176, "q5_K layout");
+_Static_assert(sizeof(sp_blk_q6_K) == 210, "q6_K layout");
+_Static_assert(sizeof(sp_blk_q8_K) == 292, "q8_K layout");
+
+/* Decodes the 8 six-bit scales and mins of a Q4_K/Q5_K block. */
+static inline void sp_q_kscales(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+    }
+    for (int j = 4; j < 8; j++) {
+        sc[j] = (uint8_t)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+        mn[j] = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+/* ========================================================================
+ * Prepared activations of the SIMD matmul ("split" layout)
+ *
+ * The SIMD path quantizes each activation row to the same values as
+ * sp_quantize_row(sp_act_type(wtype)) — bit for bit, a test checks it — but
+ * stores them split by field so the kernels load aligned vectors and never
+ * convert an fp16 scale in the inner loop.  One prepared row, at a 64-byte
+ * aligned address, holds:
+ *   Q8_0:  int8 q[n] | float d[nb]                       (nb = n / 32)
+ *   Q8_1:  int8 q[n] | float d[nb] | float s[nb]          (s = fp16(d*sum q))
+ *   Q8_K:  int8 q[n] | float d[nb] | int16 bsums[16 nb]  (nb = n / 256)
+ *   F16:   float x[n] rounded through fp16 (the values sp_quantize_row(F16)
+ *          gives, widened back)
+ *   F32:   float x[n]
+ * d of Q8_0/Q8_1 is the fp16-rounded scale (the value the block stores).
+ * ===================================================================== */
+typedef struct sp_act_view {
+    const int8_t *q;        /* quantized values, or NULL for float rows */
+    const float *d;         /* per-block scales */
+    const float *s;         /* Q8_1: per-block d*sum(q) */
+    const int16_t *bsums;   /* Q8_K: 16 per block */
+    const float *f;         /* F16/F32 rows: the float values */
+} sp_act_view;
+
+/* Bytes of one prepared row (rounded up to 64 so rows stay aligned). */
+static inline size_t sp_act_split_bytes(uint32_t wtype, int64_t n) {
+    size_t b;
+    switch (sp_act_type(wtype)) {
+    case SP_Q8_0: b = (size_t)n + (size_t)(n / 32) * 4; break;
+    case SP_Q8_1: b = (size_t)n + (size_t)(n / 32) * 8; break;
+    case SP_Q8_K: b = (size_t)n + (size_t)(n / 256) * 36; break;
+    default: b = (size_t)n * sizeof(float); break;
+    }
+    return (b + 63) & ~(size_t)63;
+}
+
+/* The fields of a prepared row at p (Q8_K keeps bsums before d so both
+ * stay aligned). */
+static inline sp_act_view sp_act_split_view(uint32_t wtype, int64_t n, const void *p) {
+    sp_act_view v = {0};
+    const uint8_t *b = p;
+    switch (sp_act_type(wtype)) {
+    case SP_Q8_0: case SP_Q8_1:
+        v.q = (const int8_t *)b;
+        v.d = (const float *)(const void *)(b + n);
+        v.s = v.d + n / 32;
+        break;
+    case SP_Q8_K:
+        v.q = (const int8_t *)b;
+        v.bsums = (const int16_t *)(const void *)(b + n);
+        v.d = (const float *)(const void *)(b + n + (n / 256) * 32);
+        break;
+    default:
+        v.f = (const float *)p;
+        break;
+    }
+    return v;
+}
+
+/* ========================================================================
+ * Dispatch table
+ * ===================================================================== */
+typedef struct sp_kfuncs {
+    const char *name;                     /* "scalar", "avx2+fma+f16c" */
+    sp_simd level;
+    /* Matmul: true if dot_rows handles weights of type wtype (else the
+     * portable path runs). */
+    bool (*dot_supports)(uint32_t wtype);
+    /* Prepares one activation row of n floats into dst (split layout,
+     * sp_act_split_bytes). */
+    void (*act_prepare)(uint32_t wtype, const float *x, int64_t n, void *dst);
+    /* y[r * ldy + o] = dot(weight row o, prepared activation row r) for
+     * o < n_w, r < nr; weight rows are w_stride bytes apart, activation
+     * rows act_stride.  The float operations of each (weight row,
+     * activation row) pair depend on neither nr nor n_w. */
+    void (*dot_rows)(uint32_t wtype, int64_t n, const void *w, size_t w_stride, int64_t n_w,
+                     const void *act, size_t act_stride, int nr, float *y, size_t ldy);
+    /* Vector operations (same contracts as the public functions). */
+    void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);
+    void (*softmax)(float *x, int n);
+    void (*swiglu)(float *out, const float *gate, const float *up, int n);
+    void (*geglu)(float *out, const float *gate, const float *up, int n);
+    void (*vec_add)(float *y, const float *x, int n);
+    void (*vec_scale)(float *y, float s, int n);
+    void (*attn_head)(float *out, const float *q, const sp_f16 *k, const sp_f16 *v,
+                      size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
+} sp_kfuncs;
+
+/* ops.c: GELU(tanh) of x as llama.cpp's CPU backend evaluates it (through
+ * F16; see ops.c).  The SIMD GEGLU tabulates it. */
+float sp_gelu_f16(float x);
+
+/* The active table (chosen once, on first use). */
+const sp_kfuncs *sp_kern(void);
+
+/* Calls the active table's entry fn with the arguments and returns from
+ * the calling (void) function, if the table has one; otherwise falls
+ * through to the portable code that follows. */
+#define SP_KDISPATCH(fn, ...)                                                \
+    do {                                                                     \
+        const sp_kfuncs *k_ = sp_kern();                                     \
+        if (k_->fn) { k_->fn(__VA_ARGS__); return; }                         \
+    } while (0)
+
+#if defined(__x86_64__)
+extern const sp_kfuncs sp_kfuncs_avx2;
+
+/* quant_avx2.c */
+bool sp_avx2_dot_supports(uint32_t wtype);
+void sp_avx2_act_prepare(uint32_t wtype, const float *x, int64_t n, void *dst);
+void sp_avx2_dot_rows(uint32_t wtype, int64_t n, const void *w, size_t w_stride, int64_t n_w,
+                      const void *act, size_t act_stride, int nr, float *y, size_t ldy);
+/* ops_avx2.c */
+void sp_avx2_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+void sp_avx2_softmax(float *x, int n);
+void sp_avx2_swiglu(float *out, const float *gate, const float *up, int n);
+void sp_avx2_geglu(float *out, const float *gate, const float *up, int n);
+void sp_avx2_vec_add(float *y, const float *x, int n);
+void sp_avx2_vec_scale(float *y, float s, int n);
+void sp_avx2_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v,
+                       size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
+/* y = exp(x) with the vectorised exp of the SIMD ops (for its test). */
+void sp_avx2_exp_row(float *y, const float *x, int n);
+#endif
+
+#endif /* SP_KERNELS_INTERNAL_H */

@@ -1,0 +1,294 @@
+/*
+ * AVX2+FMA+F16C vector operations and attention (see ops.c and
+ * attention.c for the portable versions and the contracts).
+ *
+ * Agreement with the portable code:
+ *   - elementwise operations (the scaling step of RMSNorm, vec_add,
+ *     vec_scale) and GEGLU (a table of the portable function) are
+ *     bit-identical;
+ *   - sums (RMSNorm's sum of squares, softmax's sum, q.k, the weighted V
+ *     sum) use 8-lane partial sums in a fixed order: the result differs from
+ *     the portable one within float rounding, never with the batch;
+ *   - exp is sp_v_exp below (Cody-Waite reduction and a degree-6
+ *     polynomial; max relative error about 2e-7 against expf, a test checks
+ *     it over the whole range); SiLU is g / (1 + exp(-g)) with it.
+ */
+#include "kernels/internal.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#define SP_AI static inline __attribute__((always_inline))
+
+SP_AI float sp_o_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+/* exp(x) on 8 lanes: n = round(x log2 e), r = x - n ln2 (two-constant
+ * Cody-Waite), exp(r) by the Cephes expf polynomial, times 2^n built in the
+ * exponent field.  x >= 88.72 gives +inf, x < -87.33 gives 0 (expf would
+ * give a subnormal below 1.2e-38), NaN gives NaN. */
+SP_AI __m256 sp_v_exp(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.7228317f), lo = _mm256_set1_ps(-87.3365479f);
+    const __m256 over = _mm256_cmp_ps(x, hi, _CMP_GE_OQ), under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* n in [-126, 128]: 2^n as (n + 127) << 23, split in two factors so
+     * n = 128 (x near the overflow bound) stays representable. */
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    __m256 e = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), over);
+    e = _mm256_andnot_ps(under, e);
+    /* NaN in, NaN out (the clamps above would have made it finite). */
+    return _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+void sp_avx2_exp_row(float *y, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, sp_v_exp(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) {
+        float t[8] = {x[i]};
+        _mm256_storeu_ps(t, sp_v_exp(_mm256_loadu_ps(t)));
+        y[i] = t[0];
+    }
+}
+
+/* Loads k < 8 floats and zeros (tails). */
+SP_AI __m256 sp_o_ld_tail(const float *x, int k) {
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_maskload_ps(x, mask);
+}
+SP_AI void sp_o_st_tail(float *y, __m256 v, int k) {
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(y, mask, v);
+}
+
+/* ========================================================================
+ * Norms and elementwise operations
+ * ===================================================================== */
+
+/* Sum of squares: float products (as the portable code), summed in double
+ * on 2 x 4 lanes, combined in a fixed order. */
+void sp_avx2_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i), sq = _mm256_mul_ps(v, v);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+    }
+    const __m256d s = _mm256_add_pd(s0, s1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+        if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+        _mm256_storeu_ps(out + i, v);
+    }
+    for (; i < n; i++) out[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
+void sp_avx2_vec_add(float *y, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] += x[i];
+}
+
+void sp_avx2_vec_scale(float *y, float s, int n) {
+    const __m256 vs = _mm256_set1_ps(s);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vs));
+    for (; i < n; i++) y[i] *= s;
+}
+
+/* x = exp(x - max) / sum, the sum in double (4 lanes, fixed order). */
+void sp_avx2_softmax(float *x, int n) {
+    if (n <= 0) return;
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(_mm256_loadu_ps(x + i), vm);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    float max = _mm_cvtss_f32(m4);
+    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    const __m256 vmax = _mm256_set1_ps(max);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (i = 0; i < n; i += 8) {
+        const int k = n - i < 8 ? n - i : 8;
+        __m256 e = sp_v_exp(_mm256_sub_ps(k == 8 ? _mm256_loadu_ps(x + i) : sp_o_ld_tail(x + i, k), vmax));
+        if (k < 8) {
+            const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            e = _mm256_and_ps(e, _mm256_castsi256_ps(keep));
+            sp_o_st_tail(x + i, e, k);
+        } else {
+            _mm256_storeu_ps(x + i, e);
+        }
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    const __m256d s = _mm256_add_pd(s0, s1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    const double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    sp_avx2_vec_scale(x, (float)(1.0 / sum), n);
+}
+
+/* out = g / (1 + exp(-g)) * up. */
+void sp_avx2_swiglu(float *out, const float *gate, const float *up, int n) {
+    const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+    for (int i = 0; i < n; i += 8) {
+        const int k = n - i < 8 ? n - i : 8;
+        const __m256 g = k == 8 ? _mm256_loadu_ps(gate + i) : sp_o_ld_tail(gate + i, k);
+        const __m256 u = k == 8 ? _mm256_loadu_ps(up + i) : sp_o_ld_tail(up + i, k);
+        const __m256 e = sp_v_exp(_mm256_xor_ps(g, neg));
+        const __m256 r = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u);
+        if (k == 8) _mm256_storeu_ps(out + i, r);
+        else sp_o_st_tail(out + i, r, k);
+    }
+}
+
+/* GEGLU through the F16 table of ggml (see sp_gelu_f16 in ops.c): the
+ * gate rounded to F16 indexes a table of sp_gelu_f16 over all F16 values,
+ * with the same clamps (0 at or below -10, the input itself at or above
+ * 10), so the result is bit-identical to the portable code.  The entries
+ * of +-10 are the ones inputs just inside the clamps round to: they are
+ * computed from such an input. */
+static float sp_gelu_table[65536];
+static pthread_once_t sp_gelu_once = PTHREAD_ONCE_INIT;
+
+static void sp_gelu_table_init(void) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        float x = sp_f16_to_f32((sp_f16)h);
+        if (x == 10.0f || x == -10.0f) x = nextafterf(x, 0.0f);
+        sp_gelu_table[h] = sp_gelu_f16(x);
+    }
+}
+
+void sp_avx2_geglu(float *out, const float *gate, const float *up, int n) {
+    pthread_once(&sp_gelu_once, sp_gelu_table_init);
+    const __m256 p10 = _mm256_set1_ps(10.0f), m10 = _mm256_set1_ps(-10.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256i idx = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(g, _MM_FROUND_TO_NEAREST_INT));
+        __m256 r = _mm256_i32gather_ps(sp_gelu_table, idx, 4);
+        r = _mm256_blendv_ps(r, g, _mm256_cmp_ps(g, p10, _CMP_GE_OQ));
+        r = _mm256_andnot_ps(_mm256_cmp_ps(g, m10, _CMP_LE_OQ), r);
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(r, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) out[i] = sp_gelu_f16(gate[i]) * up[i];
+}
+
+/* ========================================================================
+ * Attention of one query head over an F16 cache
+ * ===================================================================== */
+
+/* 8 values of an F16 row (or the first k and zeros). */
+SP_AI __m256 sp_o_ld_h(const sp_f16 *p, int k) {
+    if (k == 8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    sp_f16 t[8] = {0};
+    memcpy(t, p, (size_t)k * sizeof(sp_f16));
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* q.k for J (<= 4) keys at once, each its own 8-lane sum in element order,
+ * then hsum: a key's score does not depend on its neighbours. */
+SP_AI void sp_o_qk(const float *q, const sp_f16 *k0, size_t stride, int hd, float scale,
+                   float *scores, const int J) {
+    __m256 a[4];
+    for (int j = 0; j < J; j++) a[j] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+        const int k = hd - d < 8 ? hd - d : 8;
+        const __m256 qv = k == 8 ? _mm256_loadu_ps(q + d) : sp_o_ld_tail(q + d, k);
+        for (int j = 0; j < J; j++) a[j] = _mm256_fmadd_ps(qv, sp_o_ld_h(k0 + (size_t)j * stride + d, k), a[j]);
+    }
+    for (int j = 0; j < J; j++) scores[j] = sp_o_hsum(a[j]) * scale;
+}
+
+/* x rounded through F16 (F16C rounds to nearest even, as sp_f32_to_f16),
+ * in place or into y. */
+static void sp_o_f16_round(float *y, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++) y[i] = sp_f16_to_f32(sp_f32_to_f16(x[i]));
+}
+
+/* As the portable sp_attn_head: the query and the probabilities rounded
+ * to F16, scores and the weighted V sum in 8 lanes. */
+void sp_avx2_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v,
+                       size_t stride, int head_dim, int lo, int hi, float scale, float *scores) {
+    const int n = hi - lo;
+    /* out holds the F16-rounded query until the scores are done (out may be q). */
+    sp_o_f16_round(out, q, head_dim);
+    int j = 0;
+    for (; j + 4 <= n; j += 4) sp_o_qk(out, k + (size_t)(lo + j) * stride, stride, head_dim, scale, scores + j, 4);
+    for (; j < n; j++) sp_o_qk(out, k + (size_t)(lo + j) * stride, stride, head_dim, scale, scores + j, 1);
+    sp_avx2_softmax(scores, n);
+    sp_o_f16_round(scores, scores, n);
+    /* out[d] = sum_j p_j v_j[d] in key order, 64 dims at a time. */
+    for (int d0 = 0; d0 < head_dim; d0 += 64) {
+        const int w = head_dim - d0 < 64 ? head_dim - d0 : 64;
+        const int nv = (w + 7) / 8;
+        __m256 a[8];
+        for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+        for (j = 0; j < n; j++) {
+            const sp_f16 *vj = v + (size_t)(lo + j) * stride + d0;
+            const __m256 p = _mm256_broadcast_ss(scores + j);
+            if (w == 64) {
+                for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(p, sp_o_ld_h(vj + 8 * i, 8), a[i]);
+            } else {
+                for (int i = 0; i < nv; i++) {
+                    const int c = w - 8 * i < 8 ? w - 8 * i : 8;
+                    a[i] = _mm256_fmadd_ps(p, sp_o_ld_h(vj + 8 * i, c), a[i]);
+                }
+            }
+        }
+        for (int i = 0; i < nv; i++) {
+            const int c = w - 8 * i < 8 ? w - 8 * i : 8;
+            if (c == 8) _mm256_storeu_ps(out + d0 + 8 * i, a[i]);
+            else sp_o_st_tail(out + d0 + 8 * i, a[i], c);
+        }
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif /* __x86_64__ */

@@ -1,0 +1,513 @@
+/* Unit tests for the run-time dispatch and the SIMD kernels (cpu.c,
+ * quant_avx2.c, ops_avx2.c, matmul.c):
+ *   - dispatch: levels, names, switching;
+ *   - activation quantizers: the SIMD ones give exactly the portable values
+ *     (random rows, rounding ties, zeros, huge and subnormal values);
+ *   - matmul: SIMD vs portable within float tolerance for every weight type,
+ *     odd sizes, zero blocks, extreme scales;
+ *   - batch invariance: a row's outputs are bit-identical whether it is
+ *     multiplied alone or with 1..16 others, with 1 or 2 threads, on both
+ *     levels;
+ *   - vector operations and attention: SIMD vs portable (bit-exact where the
+ *     contract says so), and the accuracy of the vectorised exp.
+ * SIMD tests run when the CPU has the level; on other machines they check
+ * that switching to it is refused. */
+#include "test_util.h"
+#include "kernels/internal.h"
+
+#include <math.h>
+
+static int setup(void **state) {
+    (void)state;
+    sp_base_init();
+    return 0;
+}
+
+/* Leaves the active level at the best one after each test. */
+static int teardown(void **state) {
+    (void)state;
+    sp_kernels_set_simd(sp_kernels_simd_best());
+    return 0;
+}
+
+static bool have_avx2(void) { return sp_kernels_simd_best() >= SP_SIMD_AVX2; }
+
+static void put_f16(uint8_t *p, float f) {
+    sp_f16 h = sp_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+static float urand(sp_rng *r) { return (float)(2.0 * sp_rng_next_f64(r) - 1.0); }
+
+/* ------------------------------------------------------------------------
+ * Dispatch
+ * ---------------------------------------------------------------------- */
+static void test_dispatch(void **state) {
+    (void)state;
+    assert_int_equal(sp_kernels_set_simd(SP_SIMD_SCALAR), 0);
+    assert_int_equal(sp_kernels_simd(), SP_SIMD_SCALAR);
+    assert_string_equal(sp_kernels_describe(), "scalar");
+    if (have_avx2()) {
+        assert_int_equal(sp_kernels_set_simd(SP_SIMD_AVX2), 0);
+        assert_int_equal(sp_kernels_simd(), SP_SIMD_AVX2);
+        assert_string_equal(sp_kernels_describe(), "avx2+fma+f16c");
+    } else {
+        assert_int_equal(sp_kernels_set_simd(SP_SIMD_AVX2), -1);
+        assert_int_equal(sp_kernels_simd(), SP_SIMD_SCALAR);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Activation quantizers: SIMD split layout == portable blocks, bit for bit
+ * ---------------------------------------------------------------------- */
+
+/* Rows that exercise the quantizers: random with outliers, exact rounding
+ * ties, all zeros, a zero block among others, huge, subnormal, negative
+ * maxima, repeated maxima of both signs. */
+static void make_act_row(int kind, float *x, int64_t n, uint64_t seed) {
+    sp_rng r = {seed};
+    for (int64_t i = 0; i < n; i++) x[i] = urand(&r) * (i % 97 == 13 ? 20.0f : 1.0f);
+    switch (kind) {
+    case 0: break;
+    case 1: /* ties: block max 127 -> d = 1, values k + 0.5 */
+        for (int64_t i = 0; i < n; i++) x[i] = (i % 32 == 0) ? 127.0f : (float)((int)(i % 200) - 100) + 0.5f;
+        break;
+    case 2: for (int64_t i = 0; i < n; i++) x[i] = 0.0f; break;
+    case 3: for (int64_t i = 0; i < n && i < 256; i++) x[i] = 0.0f; break;
+    case 4: for (int64_t i = 0; i < n; i++) x[i] *= 1e30f; break;
+    case 5: for (int64_t i = 0; i < n; i++) x[i] *= 1e-41f; break; /* subnormal */
+    case 6: for (int64_t i = 0; i < n; i += 7) x[i] = -50.0f; break;
+    case 7: for (int64_t i = 0; i < n; i += 5) x[i] = (i / 5) % 2 ? 30.0f : -30.0f; break;
+    default: break;
+    }
+}
+
+/* Compares a prepared (split) row with the portable blocks of the same row. */
+static void check_prepared(uint32_t wt, const float *x, int64_t n, const char *what) {
+    const uint32_t at = sp_act_type(wt);
+    uint8_t *blk = malloc((size_t)sp_dtype_row_bytes(at, (uint64_t)n));
+    uint8_t *split = sp_alloc_aligned(sp_act_split_bytes(wt, n));
+    sp_quantize_row(at, x, blk, n);
+    sp_kern()->act_prepare(wt, x, n, split);
+    const sp_act_view v = sp_act_split_view(wt, n, split);
+    if (at == SP_Q8_0 || at == SP_Q8_1) {
+        const size_t bb = at == SP_Q8_0 ? 34 : 36, qo = at == SP_Q8_0 ? 2 : 4;
+        for (int64_t b = 0; b < n / 32; b++) {
+            const uint8_t *p = blk + (size_t)b * bb;
+            sp_f16 h;
+            memcpy(&h, p, 2);
+            if (memcmp(p + qo, v.q + 32 * b, 32) != 0) fail_msg("%s %s block %lld: q differ", what, sp_dtype_name(at), (long long)b);
+            if (memcmp(&(float){sp_f16_to_f32(h)}, &v.d[b], 4) != 0)
+                fail_msg("%s %s block %lld: d %g vs %g", what, sp_dtype_name(at), (long long)b, sp_f16_to_f32(h), v.d[b]);
+            if (at == SP_Q8_1) {
+                memcpy(&h, p + 2, 2);
+                if (memcmp(&(float){sp_f16_to_f32(h)}, &v.s[b], 4) != 0) fail_msg("%s Q8_1 block %lld: s differ", what, (long long)b);
+            }
+        }
+    } else if (at == SP_Q8_K) {
+        for (int64_t b = 0; b < n / 256; b++) {
+            const uint8_t *p = blk + (size_t)b * 292;
+            if (memcmp(p, &v.d[b], 4) != 0) fail_msg("%s Q8_K block %lld: d differ", what, (long long)b);
+            if (memcmp(p + 4, v.q + 256 * b, 256) != 0) fail_msg("%s Q8_K block %lld: q differ", what, (long long)b);
+            if (memcmp(p + 260, v.bsums + 16 * b, 32) != 0) fail_msg("%s Q8_K block %lld: bsums differ", what, (long long)b);
+        }
+    } else if (at == SP_F16) {
+        for (int64_t i = 0; i < n; i++) {
+            sp_f16 h;
+            memcpy(&h, blk + 2 * i, 2);
+            if (memcmp(&(float){sp_f16_to_f32(h)}, &v.f[i], 4) != 0) fail_msg("%s F16 element %lld differs", what, (long long)i);
+        }
+    } else {
+        assert_memory_equal(v.f, x, (size_t)n * sizeof(float));
+    }
+    free(blk);
+    sp_free_aligned(split);
+}
+
+static void test_act_prepare_exact(void **state) {
+    (void)state;
+    if (!have_avx2()) { assert_int_equal(sp_kernels_set_simd(SP_SIMD_AVX2), -1); return; }
+    assert_int_equal(sp_kernels_set_simd(SP_SIMD_AVX2), 0);
+    const uint32_t wts[] = {SP_Q4_0, SP_Q4_1, SP_Q4_K, SP_F16, SP_F32};
+    const int64_t n = 1024;
+    float *x = malloc((size_t)n * sizeof(float));
+    for (size_t k = 0; k < sizeof wts / sizeof *wts; k++) {
+        for (int kind = 0; kind < 8; kind++) {
+            for (uint64_t seed = 1; seed <= 3; seed++) {
+                make_act_row(kind, x, n, seed * 100 + (uint64_t)kind);
+                char what[64];
+                snprintf(what, sizeof what, "kind %d seed %llu", kind, (unsigned long long)seed);
+                check_prepared(wts[k], x, n, what);
+            }
+        }
+    }
+    /* F16/F32 rows of any length (tails). */
+    for (int64_t m = 1; m < 20; m++) {
+        make_act_row(0, x, m, (uint64_t)m);
+        check_prepared(SP_F16, x, m, "short");
+        check_prepared(SP_F32, x, m, "short");
+    }
+    free(x);
+}
+
+/* ------------------------------------------------------------------------
+ * Matmul: SIMD vs portable, and batch invariance
+ * ---------------------------------------------------------------------- */
+static const uint32_t k_types[] = {SP_F32, SP_F16, SP_BF16, SP_Q4_0, SP_Q4_1, SP_Q5_0,
+                                   SP_Q5_1, SP_Q8_0, SP_Q4_K, SP_Q5_K, SP_Q6_K};
+#define K_NT (sizeof k_types / sizeof *k_types)
+
+/* Random weights: random bytes with sane fp16 scales (scale_kind 0), or
+ * extreme ones (1: largest fp16 scales with small activations elsewhere;
+ * 2: subnormal fp16 scales), every 5th block all zero (scales included). */
+static void random_weights(uint32_t t, uint8_t *w, int64_t n_out, int64_t n_in, int scale_kind,
+                           uint64_t seed) {
+    sp_rng r = {seed};
+    const size_t rb = (size_t)sp_dtype_row_bytes(t, (uint64_t)n_in);
+    const sp_dtype_info *info = sp_dtype_get(t);
+    if (t == SP_F32 || t == SP_F16 || t == SP_BF16) {
+        for (int64_t i = 0; i < n_out * n_in; i++) {
+            const float v = urand(&r) * (scale_kind == 1 ? 1000.0f : 1.0f);
+            if (t == SP_F32) memcpy(w + 4 * i, &v, 4);
+            else if (t == SP_F16) put_f16(w + 2 * i, v);
+            else { sp_bf16 h = sp_f32_to_bf16(v); memcpy(w + 2 * i, &h, 2); }
+        }
+        return;
+    }
+    for (size_t i = 0; i < rb * (size_t)n_out; i++) w[i] = (uint8_t)sp_rng_next(&r);
+    const size_t bb = info->bytes;
+    size_t blk = 0;
+    for (size_t off = 0; off < rb * (size_t)n_out; off += bb, blk++) {
+        uint8_t *b = w + off;
+        if (blk % 5 == 4) { memset(b, 0, bb); continue; }
+        float d = (float)(0.001 + 0.01 * sp_rng_next_f64(&r)), m = (float)(0.02 * sp_rng_next_f64(&r) - 0.01);
+        if (scale_kind == 1) { d = 60000.0f; m = -30000.0f; }
+        if (scale_kind == 2) { d = 3e-7f; m = 1e-7f; }
+        switch (t) {
+        case SP_Q4_0: case SP_Q5_0: case SP_Q8_0: put_f16(b, d); break;
+        case SP_Q4_1: case SP_Q5_1: put_f16(b, d); put_f16(b + 2, m); break;
+        case SP_Q4_K: case SP_Q5_K: put_f16(b, d); put_f16(b + 2, fabsf(m)); break;
+        case SP_Q6_K: put_f16(b + 208, d); break;
+        default: fail_msg("random_weights: type %u", t);
+        }
+    }
+}
+
+typedef struct mm_case {
+    uint32_t t;
+    int64_t n_in, n_out;
+    int n_rows;
+    uint8_t *w;
+    float *x;
+} mm_case;
+
+static void mm_case_init(mm_case *c, uint32_t t, int64_t n_in, int64_t n_out, int n_rows, int scale_kind,
+                         int act_kind, uint64_t seed) {
+    c->t = t; c->n_in = n_in; c->n_out = n_out; c->n_rows = n_rows;
+    c->w = malloc((size_t)sp_dtype_row_bytes(t, (uint64_t)n_in) * (size_t)n_out);
+    c->x = malloc((size_t)n_rows * (size_t)n_in * sizeof(float));
+    random_weights(t, c->w, n_out, n_in, scale_kind, seed);
+    for (int r = 0; r < n_rows; r++) {
+        make_act_row(act_kind == 2 && r % 2 ? 0 : act_kind, c->x + (size_t)r * n_in, n_in, seed * 31 + (uint64_t)r);
+        if (scale_kind == 1) sp_vec_scale(c->x + (size_t)r * n_in, 1e-3f, (int)n_in);
+    }
+}
+
+static void mm_case_free(mm_case *c) { free(c->w); free(c->x); }
+
+/* y (n_rows x n_out) = W x with the given level and thread count. */
+static void mm_run(const mm_case *c, sp_simd level, int threads, const float *x, int n_rows, float *y) {
+    assert_int_equal(sp_kernels_set_simd(level), 0);
+    sp_matrix m = { c->w, c->t, c->n_in, c->n_out };
+    void *scratch = sp_alloc_aligned(sp_matmul_scratch_bytes(c->t, c->n_in, n_rows));
+    sp_pool *pool = threads > 1 ? sp_pool_create(threads) : NULL;
+    sp_matmul(&m, x, n_rows, y, c->n_out, scratch, pool);
+    sp_pool_free(pool);
+    sp_free_aligned(scratch);
+}
+
+/* Sum over i of |W[o][i] * x[r][i]| (dequantized weights), the scale of
+ * the rounding error of output (r, o). */
+static double mm_abs_scale(const mm_case *c, int r, int64_t o) {
+    float *wd = malloc((size_t)c->n_in * sizeof(float));
+    sp_matrix m = { c->w, c->t, c->n_in, c->n_out };
+    sp_matrix_get_row(&m, o, wd);
+    double s = 0;
+    for (int64_t i = 0; i < c->n_in; i++) s += fabs((double)wd[i] * c->x[(size_t)r * c->n_in + i]);
+    free(wd);
+    return s;
+}
+
+static void check_simd_vs_scalar(const mm_case *c, const char *what) {
+    const size_t ny = (size_t)c->n_rows * (size_t)c->n_out;
+    float *ys = malloc(ny * sizeof(float)), *yv = malloc(ny * sizeof(float));
+    mm_run(c, SP_SIMD_SCALAR, 1, c->x, c->n_rows, ys);
+    mm_run(c, SP_SIMD_AVX2, 2, c->x, c->n_rows, yv);
+    for (int r = 0; r < c->n_rows; r++) {
+        for (int64_t o = 0; o < c->n_out; o++) {
+            const float a = ys[(size_t)r * c->n_out + o], b = yv[(size_t)r * c->n_out + o];
+            if (!isfinite(a) || !isfinite(b)) fail_msg("%s %s: non-finite %g %g", what, sp_dtype_name(c->t), a, b);
+            if (a == b) continue;
+            /* Activations quantize identically: only the order of the float
+             * sums differs (plus F16 products in float instead of double). */
+            const double tol = 1e-5 * mm_abs_scale(c, r, o) + 1e-30;
+            if (!(fabs((double)a - b) <= tol))
+                fail_msg("%s %s n_in=%lld row %d out %lld: scalar %.9g simd %.9g (tol %.3g)", what,
+                         sp_dtype_name(c->t), (long long)c->n_in, r, (long long)o, a, b, tol);
+        }
+    }
+    free(ys); free(yv);
+}
+
+static int64_t block_of(uint32_t t) {
+    const uint32_t at = sp_act_type(t);
+    const int64_t a = sp_dtype_get(t)->block, b = sp_dtype_get(at)->block;
+    return a > b ? a : b;
+}
+
+static void test_matmul_simd_vs_scalar(void **state) {
+    (void)state;
+    if (!have_avx2()) { assert_int_equal(sp_kernels_set_simd(SP_SIMD_AVX2), -1); return; }
+    for (size_t k = 0; k < K_NT; k++) {
+        const uint32_t t = k_types[k];
+        const int64_t bk = block_of(t);
+        /* 1, 3, 7, 17 blocks (and 129 for the 32-blocks: more than one panel
+         * group of 8, odd); float types also odd element counts. */
+        const int64_t ns[] = {bk, 3 * bk, 7 * bk, 17 * bk, bk == 32 ? 129 * bk : 2 * bk, bk == 1 ? 13 : bk,
+                              bk == 1 ? 101 : bk};
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+            for (int sk = 0; sk < 3; sk++) {
+                mm_case c;
+                /* activation kinds of make_act_row except 4 (1e30: fp16
+                 * scales overflow to inf, so there is nothing to compare) */
+                static const int kinds[] = {0, 1, 2, 3, 5, 6, 7};
+                mm_case_init(&c, t, ns[ni], 37, 1 + (int)(ni % 5), sk, kinds[(ni + (size_t)sk) % 7],
+                             1000 * k + ni * 10 + (size_t)sk);
+                char what[48];
+                snprintf(what, sizeof what, "scales %d", sk);
+                check_simd_vs_scalar(&c, what);
+                mm_case_free(&c);
+            }
+        }
+    }
+}
+
+/* Long rows: more than one SIMD segment (4096 elements). */
+static void test_matmul_long_rows(void **state) {
+    (void)state;
+    if (!have_avx2()) return;
+    const uint32_t ts[] = {SP_Q4_1, SP_Q5_0, SP_Q8_0, SP_Q4_K, SP_Q6_K, SP_F16};
+    for (size_t k = 0; k < sizeof ts / sizeof *ts; k++) {
+        mm_case c;
+        mm_case_init(&c, ts[k], 9216, 5, 3, 0, 0, 77 + k);
+        check_simd_vs_scalar(&c, "long");
+        mm_case_free(&c);
+    }
+}
+
+/* Row r of a pass of n rows equals the same row multiplied alone, bit for
+ * bit, for n = 1..17 and 1 or 2 threads, on every level. */
+static void check_batch_invariance(sp_simd level) {
+    for (size_t k = 0; k < K_NT; k++) {
+        const uint32_t t = k_types[k];
+        const int64_t n_in = block_of(t) == 1 ? 100 : (block_of(t) == 32 ? 9 * 32 : 2 * 256);
+        mm_case c;
+        mm_case_init(&c, t, n_in, 13, 17, 0, 0, 500 + k);
+        float *one = malloc(17 * 13 * sizeof(float)), *many = malloc(17 * 13 * sizeof(float));
+        for (int r = 0; r < 17; r++) mm_run(&c, level, 1, c.x + (size_t)r * n_in, 1, one + r * 13);
+        for (int n = 1; n <= 17; n++) {
+            for (int th = 1; th <= 2; th++) {
+                mm_run(&c, level, th, c.x, n, many);
+                if (memcmp(one, many, (size_t)n * 13 * sizeof(float)) != 0)
+                    fail_msg("%s %s: %d rows, %d threads differ from single rows", sp_kernels_describe(),
+                             sp_dtype_name(t), n, th);
+            }
+        }
+        free(one); free(many);
+        mm_case_free(&c);
+    }
+}
+
+static void test_batch_invariance_scalar(void **state) {
+    (void)state;
+    check_batch_invariance(SP_SIMD_SCALAR);
+}
+
+static void test_batch_invariance_simd(void **state) {
+    (void)state;
+    if (!have_avx2()) { assert_int_equal(sp_kernels_set_simd(SP_SIMD_AVX2), -1); return; }
+    check_batch_invariance(SP_SIMD_AVX2);
+}
+
+/* ------------------------------------------------------------------------
+ * Vector operations and attention
+ * ---------------------------------------------------------------------- */
+static void fill(float *x, int n, float scale, uint64_t seed) {
+    sp_rng r = {seed};
+    for (int i = 0; i < n; i++) x[i] = urand(&r) * scale;
+}
+
+static void assert_close(const float *a, const float *b, int n, double rel, double abs_tol, const char *what) {
+    for (int i = 0; i < n; i++) {
+        if (a[i] == b[i]) continue;
+        if (!(fabs((double)a[i] - b[i]) <= rel * fabs((double)a[i]) + abs_tol))
+            fail_msg("%s[%d]: scalar %.9g simd %.9g", what, i, a[i], b[i]);
+    }
+}
+
+static void test_ops_simd_vs_scalar(void **state) {
+    (void)state;
+    if (!have_avx2()) return;
+    const int ns[] = {1, 7, 8, 9, 64, 100, 576, 2049};
+    float *x = malloc(4096 * sizeof(float)), *w = malloc(4096 * sizeof(float));
+    float *a = malloc(4096 * sizeof(float)), *b = malloc(4096 * sizeof(float));
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        const int n = ns[k];
+        fill(x, n, 3.0f, 10 + k);
+        fill(w, n, 1.0f, 20 + k);
+        /* RMSNorm: the sum of squares in another order: ~1 ulp. */
+        for (int with_w = 0; with_w < 2; with_w++) {
+            sp_kernels_set_simd(SP_SIMD_SCALAR);
+            sp_rmsnorm(a, x, with_w ? w : NULL, n, 1e-6f);
+            sp_kernels_set_simd(SP_SIMD_AVX2);
+            sp_rmsnorm(b, x, with_w ? w : NULL, n, 1e-6f);
+            assert_close(a, b, n, 1e-6, 0, "rmsnorm");
+        }
+        /* softmax over a wide range (scores of -30..30). */
+        fill(x, n, 30.0f, 30 + k);
+        memcpy(a, x, (size_t)n * sizeof(float));
+        memcpy(b, x, (size_t)n * sizeof(float));
+        sp_kernels_set_simd(SP_SIMD_SCALAR);
+        sp_softmax(a, n);
+        sp_kernels_set_simd(SP_SIMD_AVX2);
+        sp_softmax(b, n);
+        assert_close(a, b, n, 1e-6, 1e-30, "softmax");
+        /* SwiGLU (exp approximation: a few ulp), GeGLU and the elementwise
+         * ones bit-exact. */
+        fill(x, n, 12.0f, 40 + k);
+        fill(w, n, 2.0f, 50 + k);
+        sp_kernels_set_simd(SP_SIMD_SCALAR);
+        sp_swiglu(a, x, w, n);
+        sp_kernels_set_simd(SP_SIMD_AVX2);
+        sp_swiglu(b, x, w, n);
+        assert_close(a, b, n, 1e-6, 1e-30, "swiglu");
+        sp_kernels_set_simd(SP_SIMD_SCALAR);
+        sp_geglu(a, x, w, n);
+        sp_kernels_set_simd(SP_SIMD_AVX2);
+        sp_geglu(b, x, w, n);
+        assert_memory_equal(a, b, (size_t)n * sizeof(float));
+        memcpy(a, x, (size_t)n * sizeof(float));
+        memcpy(b, x, (size_t)n * sizeof(float));
+        sp_kernels_set_simd(SP_SIMD_SCALAR);
+        sp_vec_add(a, w, n);
+        sp_vec_scale(a, 0.37f, n);
+        sp_kernels_set_simd(SP_SIMD_AVX2);
+        sp_vec_add(b, w, n);
+        sp_vec_scale(b, 0.37f, n);
+        assert_memory_equal(a, b, (size_t)n * sizeof(float));
+    }
+    free(x); free(w); free(a); free(b);
+}
+
+/* GeGLU is a table of the portable function: equal on every F16 value and
+ * around the +-10 clamps. */
+static void test_geglu_all_f16(void **state) {
+    (void)state;
+    if (!have_avx2()) return;
+    float *g = malloc(65536 * sizeof(float) + 64), *u = malloc(65536 * sizeof(float) + 64);
+    float *a = malloc(65536 * sizeof(float) + 64), *b = malloc(65536 * sizeof(float) + 64);
+    int n = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float v = sp_f16_to_f32((sp_f16)h);
+        if (isnan(v)) continue;
+        g[n] = v;
+        u[n++] = 1.5f;
+    }
+    const float edges[] = {9.999f, 9.9999990f, 10.0f, 10.001f, -9.999f, -9.9999990f, -10.0f, -10.001f, 1e-8f, -1e-8f};
+    for (size_t i = 0; i < sizeof edges / sizeof *edges; i++) { g[n] = edges[i]; u[n++] = -0.75f; }
+    sp_kernels_set_simd(SP_SIMD_SCALAR);
+    sp_geglu(a, g, u, n);
+    sp_kernels_set_simd(SP_SIMD_AVX2);
+    sp_geglu(b, g, u, n);
+    for (int i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], 4) != 0) fail_msg("geglu(%.9g): scalar %.9g simd %.9g", g[i], a[i], b[i]);
+    free(g); free(u); free(a); free(b);
+}
+
+/* The vectorised exp: relative error <= 3e-7 against the double exp over
+ * [-87, 88.7], and the special values. */
+static void test_exp_accuracy(void **state) {
+    (void)state;
+#if defined(__x86_64__)
+    if (!have_avx2()) return;
+    enum { N = 200003 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) x[i] = -87.0f + (88.7f + 87.0f) * (float)i / (float)(N - 1);
+    sp_avx2_exp_row(y, x, N);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        const double want = exp((double)x[i]), rel = fabs(y[i] - want) / want;
+        if (rel > worst) worst = rel;
+    }
+    if (!(worst <= 3e-7)) fail_msg("exp: worst relative error %.3g", worst);
+    const float sx[] = {-INFINITY, -100.0f, 0.0f, 89.0f, INFINITY, NAN};
+    float sy[6];
+    sp_avx2_exp_row(sy, sx, 6);
+    assert_true(sy[0] == 0.0f && sy[1] == 0.0f && sy[2] == 1.0f);
+    assert_true(isinf(sy[3]) && sy[3] > 0 && isinf(sy[4]) && sy[4] > 0);
+    assert_true(isnan(sy[5]));
+    free(x); free(y);
+#endif
+}
+
+static void test_attention_simd_vs_scalar(void **state) {
+    (void)state;
+    if (!have_avx2()) return;
+    const int hds[] = {20, 64, 256};
+    for (size_t k = 0; k < sizeof hds / sizeof *hds; k++) {
+        const int hd = hds[k], n_pos = 300;
+        const size_t stride = (size_t)hd * 3; /* 3 KV heads interleaved */
+        sp_f16 *kc = malloc((size_t)n_pos * stride * sizeof(sp_f16)), *vc = malloc((size_t)n_pos * stride * sizeof(sp_f16));
+        sp_rng r = {k + 1};
+        for (size_t i = 0; i < (size_t)n_pos * stride; i++) {
+            kc[i] = sp_f32_to_f16(urand(&r) * 2.0f);
+            vc[i] = sp_f32_to_f16(urand(&r));
+        }
+        float q[256], a[256], b[256], scores[300];
+        fill(q, hd, 1.0f, 90 + k);
+        const int ranges[][2] = {{0, 1}, {0, 3}, {5, 6}, {0, 299}, {17, 300}, {100, 131}};
+        for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++) {
+            const sp_f16 *kh = kc + hd, *vh = vc + hd; /* KV head 1 */
+            sp_kernels_set_simd(SP_SIMD_SCALAR);
+            sp_attn_head(a, q, kh, vh, stride, hd, ranges[ri][0], ranges[ri][1], 0.125f, scores);
+            sp_kernels_set_simd(SP_SIMD_AVX2);
+            sp_attn_head(b, q, kh, vh, stride, hd, ranges[ri][0], ranges[ri][1], 0.125f, scores);
+            /* Scores summed in another order; the probabilities are rounded
+             * to F16, so a score 1 ulp apart can move one probability by an
+             * F16 ulp: a few 1e-4 absolute on outputs of magnitude <= 1. */
+            assert_close(a, b, hd, 1e-3, 1e-3, "attention");
+            /* out may alias q */
+            float qq[256];
+            memcpy(qq, q, sizeof qq);
+            sp_attn_head(qq, qq, kh, vh, stride, hd, ranges[ri][0], ranges[ri][1], 0.125f, scores);
+            assert_memory_equal(qq, b, (size_t)hd * sizeof(float));
+        }
+        free(kc); free(vc);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_dispatch, teardown),
+        cmocka_unit_test_teardown(test_act_prepare_exact, teardown),
+        cmocka_unit_test_teardown(test_matmul_simd_vs_scalar, teardown),
+        cmocka_unit_test_teardown(test_matmul_long_rows, teardown),
+        cmocka_unit_test_teardown(test_batch_invariance_scalar, teardown),
+        cmocka_unit_test_teardown(test_batch_invariance_simd, teardown),
+        cmocka_unit_test_teardown(test_ops_simd_vs_scalar, teardown),
+        cmocka_unit_test_teardown(test_geglu_all_f16, teardown),
+        cmocka_unit_test_teardown(test_exp_accuracy, teardown),
+        cmocka_unit_test_teardown(test_attention_simd_vs_scalar, teardown),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
