@@ -26,9 +26,13 @@
  *   - F16/F32: 8-lane fmas, groups of 8 elements alternating between two
  *     accumulators; result = hsum(acc[0] + acc[1]);
  *   - hsum adds the 8 lanes in one fixed tree.
- * Rows are processed in register chunks of up to 4 (the weight block is
- * unpacked once per chunk); every chunk size runs the same per-pair
- * sequence, and tests check bit-exactness for 1..17 rows.
+ * Rows are processed in register chunks (legacy signed formats: 8, Q4_1/
+ * Q5_1, F16/F32 and the K-quants: 4; the weight block is unpacked once
+ * per chunk, the K-quants once per weight row); every chunk size runs the
+ * same per-pair sequence, and tests check bit-exactness for 1..17 rows.
+ * Chunk sizes were chosen by measurement: Q4_1/Q5_1 keep two accumulators
+ * per row (the min term in the second, so one row is not latency-bound),
+ * and 8 rows of them would spill.
  *
  * Value ranges that keep maddubs exact: activations are in [-127, 127]
  * (what the quantizers produce); signed weights use the sign trick
@@ -296,13 +300,13 @@ SP_AI void sp_v_legacy_step(const uint32_t t, __m256i wq, __m256 vdw, __m256 mz,
     if (t == SP_Q4_1 || t == SP_Q5_1) *accm = _mm256_fmadd_ps(mz, _mm256_broadcast_ss(v->s + b), *accm);
 }
 
-/* R rows (R <= 4, a constant after inlining) of one legacy weight row,
+/* R rows (R <= 8, a constant after inlining) of one legacy weight row,
  * blocks in order: y = hsum(acc) (Q4_1/Q5_1: hsum(acc + accm)). */
 SP_AI void sp_v_legacy_chunk(const uint32_t t, const uint8_t *w, int64_t nb, const sp_act_view *v,
                              float *y, size_t ldy, const int R) {
     const bool has_min = t == SP_Q4_1 || t == SP_Q5_1;
-    __m256 a[4], am[4];
-    SP_UNROLL for (int r = 0; r < R; r++) a[r] = am[r] = _mm256_setzero_ps();
+    __m256 a[8], am[8];
+    SP_UNROLL8 for (int r = 0; r < R; r++) a[r] = am[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m128 dm;
         const __m256i wq = sp_v_legacy_block(t, w, b, &dm);
@@ -310,16 +314,20 @@ SP_AI void sp_v_legacy_chunk(const uint32_t t, const uint8_t *w, int64_t nb, con
         /* [m, 0, 0, 0] from [d, m, 0, 0], widened with zeros. */
         const __m256 mz = has_min ? _mm256_zextps128_ps256(_mm_blend_ps(_mm_setzero_ps(), _mm_movehdup_ps(dm), 1))
                                   : _mm256_setzero_ps();
-        SP_UNROLL for (int r = 0; r < R; r++) sp_v_legacy_step(t, wq, vd, mz, v + r, b, &a[r], &am[r]);
+        SP_UNROLL8 for (int r = 0; r < R; r++) sp_v_legacy_step(t, wq, vd, mz, v + r, b, &a[r], &am[r]);
     }
-    SP_UNROLL for (int r = 0; r < R; r++) y[(size_t)r * ldy] = sp_v_hsum(has_min ? _mm256_add_ps(a[r], am[r]) : a[r]);
+    SP_UNROLL8 for (int r = 0; r < R; r++) y[(size_t)r * ldy] = sp_v_hsum(has_min ? _mm256_add_ps(a[r], am[r]) : a[r]);
 }
 
-/* nr rows of one legacy weight row; t is a constant after inlining. */
+/* nr rows of one legacy weight row in chunks of 8 (signed formats) or 4
+ * (Q4_1/Q5_1) rows and the remainder; t is a constant after inlining. */
 SP_AI void sp_v_dot_legacy(const uint32_t t, int64_t n, const void *w, const sp_act_view *v,
                            int nr, float *y, size_t ldy) {
     const int64_t nb = n / SP_QK;
+    const bool has_min = t == SP_Q4_1 || t == SP_Q5_1;
     int r = 0;
+    if (!has_min)
+        for (; r + 8 <= nr; r += 8) sp_v_legacy_chunk(t, w, nb, v + r, y + (size_t)r * ldy, ldy, 8);
     for (; r + 4 <= nr; r += 4) sp_v_legacy_chunk(t, w, nb, v + r, y + (size_t)r * ldy, ldy, 4);
     switch (nr - r) {
     case 3: sp_v_legacy_chunk(t, w, nb, v + r, y + (size_t)r * ldy, ldy, 3); break;
