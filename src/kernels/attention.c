@@ -37,3 +37,13 @@ void sp_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v, 
         for (int d = 0; d < head_dim; d++) out[d] += p * sp_f16_to_f32(vj[d]);
     }
 }
+
+/* Portable: one head after the other (the SIMD table shares the pass). */
+void sp_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                   size_t stride, int head_dim, int lo, int hi, float scale, float *scores) {
+    SP_KDISPATCH(attn_heads, out, q, n_q, k, v, stride, head_dim, lo, hi, scale, scores);
+    for (int h = 0; h < n_q; h++) {
+        const size_t off = (size_t)h * (size_t)head_dim;
+        sp_attn_head(out + off, q + off, k, v, stride, head_dim, lo, hi, scale, scores);
+    }
+}

@@ -28,6 +28,7 @@ const sp_kfuncs sp_kfuncs_avx2 = {
     .vec_add = sp_avx2_vec_add,
     .vec_scale = sp_avx2_vec_scale,
     .attn_head = sp_avx2_attn_head,
+    .attn_heads = sp_avx2_attn_heads,
 };
 #endif
 

@@ -154,6 +154,8 @@ typedef struct sp_kfuncs {
     void (*vec_scale)(float *y, float s, int n);
     void (*attn_head)(float *out, const float *q, const sp_f16 *k, const sp_f16 *v,
                       size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
+    void (*attn_heads)(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                       size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
 } sp_kfuncs;
 
 /* ops.c: GELU(tanh) of x as llama.cpp's CPU backend evaluates it (through
@@ -189,6 +191,8 @@ void sp_avx2_vec_add(float *y, const float *x, int n);
 void sp_avx2_vec_scale(float *y, float s, int n);
 void sp_avx2_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v,
                        size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
+void sp_avx2_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                        size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
 /* y = exp(x) with the vectorised exp of the SIMD ops (for its test). */
 void sp_avx2_exp_row(float *y, const float *x, int n);
 #endif

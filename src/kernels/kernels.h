@@ -117,5 +117,12 @@ void sp_vec_scale(float *y, float s, int n);               /* y *= s */
  * ---------------------------------------------------------------------- */
 void sp_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v, size_t stride,
                   int head_dim, int lo, int hi, float scale, float *scores);
+/* n_q query heads that share one KV head (grouped-query attention): head h
+ * reads q + h * head_dim and writes out + h * head_dim (out may be q), with
+ * exactly the result sp_attn_head gives it; scores is caller scratch of
+ * n_q * (hi - lo) floats.  The group only shares the pass over the cache
+ * (loads and F16 conversions), so callers may group heads as they like. */
+void sp_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                   size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
 
 #endif /* SP_KERNELS_H */

@@ -222,18 +222,58 @@ SP_AI __m256 sp_o_ld_h(const sp_f16 *p, int k) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t));
 }
 
-/* q.k for J (<= 4) keys at once, each its own 8-lane sum in element order,
- * then hsum: a key's score does not depend on its neighbours. */
+#define SP_O_UNROLL(n) _Pragma("GCC unroll 8")
+
+/* Scores of NQ heads (queries hd apart) against keys j0 .. j0 + J - 1:
+ * each (head, key) is its own 8-lane sum over d in order, then hsum and
+ * the scale; head h's scores are n apart.  Constants NQ, J after inlining. */
 SP_AI void sp_o_qk(const float *q, const sp_f16 *k0, size_t stride, int hd, float scale,
-                   float *scores, const int J) {
-    __m256 a[4];
-    for (int j = 0; j < J; j++) a[j] = _mm256_setzero_ps();
+                   float *scores, int n, int j0, const int NQ, const int J) {
+    __m256 a[8][4];
+    SP_O_UNROLL(8) for (int h = 0; h < NQ; h++)
+        SP_O_UNROLL(4) for (int j = 0; j < J; j++) a[h][j] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d += 8) {
-        const int k = hd - d < 8 ? hd - d : 8;
-        const __m256 qv = k == 8 ? _mm256_loadu_ps(q + d) : sp_o_ld_tail(q + d, k);
-        for (int j = 0; j < J; j++) a[j] = _mm256_fmadd_ps(qv, sp_o_ld_h(k0 + (size_t)j * stride + d, k), a[j]);
+        const int c = hd - d < 8 ? hd - d : 8;
+        __m256 kv[4];
+        SP_O_UNROLL(4) for (int j = 0; j < J; j++) kv[j] = sp_o_ld_h(k0 + (size_t)(j0 + j) * stride + d, c);
+        SP_O_UNROLL(8) for (int h = 0; h < NQ; h++) {
+            const __m256 qv = c == 8 ? _mm256_loadu_ps(q + (size_t)h * hd + d) : sp_o_ld_tail(q + (size_t)h * hd + d, c);
+            SP_O_UNROLL(4) for (int j = 0; j < J; j++) a[h][j] = _mm256_fmadd_ps(qv, kv[j], a[h][j]);
+        }
     }
-    for (int j = 0; j < J; j++) scores[j] = sp_o_hsum(a[j]) * scale;
+    SP_O_UNROLL(8) for (int h = 0; h < NQ; h++)
+        SP_O_UNROLL(4) for (int j = 0; j < J; j++) scores[(size_t)h * n + j0 + j] = sp_o_hsum(a[h][j]) * scale;
+}
+
+/* out[h][d] = sum_j p[h][j] v_j[d], keys in order, for NQ heads; 8 * DV
+ * dims at a time.  Constants NQ, DV after inlining. */
+SP_AI void sp_o_pv(float *out, const float *p, int n, const sp_f16 *v0, size_t stride, int hd,
+                   const int NQ, const int DV) {
+    for (int d0 = 0; d0 < hd; d0 += 8 * DV) {
+        __m256 a[8][8];
+        SP_O_UNROLL(8) for (int h = 0; h < NQ; h++)
+            SP_O_UNROLL(8) for (int i = 0; i < DV; i++) a[h][i] = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            const sp_f16 *vj = v0 + (size_t)j * stride + d0;
+            __m256 vv[8];
+            SP_O_UNROLL(8) for (int i = 0; i < DV; i++) {
+                const int c = hd - d0 - 8 * i;
+                vv[i] = c >= 8 ? sp_o_ld_h(vj + 8 * i, 8) : (c > 0 ? sp_o_ld_h(vj + 8 * i, c) : _mm256_setzero_ps());
+            }
+            SP_O_UNROLL(8) for (int h = 0; h < NQ; h++) {
+                const __m256 pb = _mm256_broadcast_ss(p + (size_t)h * n + j);
+                SP_O_UNROLL(8) for (int i = 0; i < DV; i++) a[h][i] = _mm256_fmadd_ps(pb, vv[i], a[h][i]);
+            }
+        }
+        SP_O_UNROLL(8) for (int h = 0; h < NQ; h++) {
+            SP_O_UNROLL(8) for (int i = 0; i < DV; i++) {
+                const int c = hd - d0 - 8 * i;
+                float *o = out + (size_t)h * hd + d0 + 8 * i;
+                if (c >= 8) _mm256_storeu_ps(o, a[h][i]);
+                else if (c > 0) sp_o_st_tail(o, a[h][i], c);
+            }
+        }
+    }
 }
 
 /* x rounded through F16 (F16C rounds to nearest even, as sp_f32_to_f16),
@@ -247,42 +287,51 @@ static void sp_o_f16_round(float *y, const float *x, int n) {
     for (; i < n; i++) y[i] = sp_f16_to_f32(sp_f32_to_f16(x[i]));
 }
 
-/* As the portable sp_attn_head: the query and the probabilities rounded
- * to F16, scores and the weighted V sum in 8 lanes. */
-void sp_avx2_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v,
-                       size_t stride, int head_dim, int lo, int hi, float scale, float *scores) {
+/* NQ (<= 8) heads sharing one KV head, as the portable sp_attn_head does
+ * each: the queries and the probabilities rounded to F16, scores and the
+ * weighted V sum in 8 lanes.  Grouping only shares the cache loads and
+ * their F16 conversions: every head's operations are those it would do
+ * alone (J keys / DV vectors at a time never mix heads). */
+SP_AI void sp_o_attn_group(float *out, const float *q, const sp_f16 *k, const sp_f16 *v, size_t stride,
+                           int hd, int lo, int hi, float scale, float *scores, const int NQ) {
     const int n = hi - lo;
-    /* out holds the F16-rounded query until the scores are done (out may be q). */
-    sp_o_f16_round(out, q, head_dim);
+    const int J = NQ <= 2 ? 4 : (NQ <= 4 ? 2 : 1);
+    const int DV = NQ == 1 ? 8 : (NQ == 2 ? 4 : (NQ <= 4 ? 2 : 1));
+    /* out holds the F16-rounded queries until the scores are done (out may be q). */
+    sp_o_f16_round(out, q, NQ * hd);
+    const sp_f16 *k0 = k + (size_t)lo * stride;
     int j = 0;
-    for (; j + 4 <= n; j += 4) sp_o_qk(out, k + (size_t)(lo + j) * stride, stride, head_dim, scale, scores + j, 4);
-    for (; j < n; j++) sp_o_qk(out, k + (size_t)(lo + j) * stride, stride, head_dim, scale, scores + j, 1);
-    sp_avx2_softmax(scores, n);
-    sp_o_f16_round(scores, scores, n);
-    /* out[d] = sum_j p_j v_j[d] in key order, 64 dims at a time. */
-    for (int d0 = 0; d0 < head_dim; d0 += 64) {
-        const int w = head_dim - d0 < 64 ? head_dim - d0 : 64;
-        const int nv = (w + 7) / 8;
-        __m256 a[8];
-        for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-        for (j = 0; j < n; j++) {
-            const sp_f16 *vj = v + (size_t)(lo + j) * stride + d0;
-            const __m256 p = _mm256_broadcast_ss(scores + j);
-            if (w == 64) {
-                for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(p, sp_o_ld_h(vj + 8 * i, 8), a[i]);
-            } else {
-                for (int i = 0; i < nv; i++) {
-                    const int c = w - 8 * i < 8 ? w - 8 * i : 8;
-                    a[i] = _mm256_fmadd_ps(p, sp_o_ld_h(vj + 8 * i, c), a[i]);
-                }
-            }
-        }
-        for (int i = 0; i < nv; i++) {
-            const int c = w - 8 * i < 8 ? w - 8 * i : 8;
-            if (c == 8) _mm256_storeu_ps(out + d0 + 8 * i, a[i]);
-            else sp_o_st_tail(out + d0 + 8 * i, a[i], c);
+    for (; j + J <= n; j += J) sp_o_qk(out, k0, stride, hd, scale, scores, n, j, NQ, J);
+    for (; j < n; j++) sp_o_qk(out, k0, stride, hd, scale, scores, n, j, NQ, 1);
+    for (int h = 0; h < NQ; h++) {
+        sp_avx2_softmax(scores + (size_t)h * n, n);
+        sp_o_f16_round(scores + (size_t)h * n, scores + (size_t)h * n, n);
+    }
+    sp_o_pv(out, scores, n, v + (size_t)lo * stride, stride, hd, NQ, DV);
+}
+
+void sp_avx2_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                        size_t stride, int head_dim, int lo, int hi, float scale, float *scores) {
+    for (int h0 = 0; h0 < n_q; h0 += 8) {
+        const size_t off = (size_t)h0 * head_dim;
+        float *o = out + off, *sc = scores + (size_t)h0 * (size_t)(hi - lo);
+        const float *qh = q + off;
+        switch (n_q - h0 < 8 ? n_q - h0 : 8) {
+        case 1: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 1); break;
+        case 2: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 2); break;
+        case 3: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 3); break;
+        case 4: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 4); break;
+        case 5: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 5); break;
+        case 6: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 6); break;
+        case 7: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 7); break;
+        default: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 8); break;
         }
     }
+}
+
+void sp_avx2_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v,
+                       size_t stride, int head_dim, int lo, int hi, float scale, float *scores) {
+    sp_o_attn_group(out, q, k, v, stride, head_dim, lo, hi, scale, scores, 1);
 }
 
 #if defined(__clang__)

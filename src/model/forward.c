@@ -70,11 +70,13 @@ void sp_workspace_free(sp_workspace *ws) {
     free(ws);
 }
 
-/* Attention scratch grows to the cache capacity once, never per token. */
-static void ensure_scores(sp_workspace *ws, int n_ctx) {
+/* Attention scratch grows to the cache capacity once, never per token:
+ * per thread, the scores of one group of query heads (see attn_worker). */
+static void ensure_scores(sp_workspace *ws, const sp_hparams *hp, int n_ctx) {
     if (ws->scores_cap >= n_ctx) return;
+    const size_t group = (size_t)(hp->n_head / hp->n_head_kv);
     sp_free_aligned(ws->scores);
-    ws->scores = sp_alloc_aligned((size_t)sp_pool_size(ws->pool) * (size_t)n_ctx * sizeof(float));
+    ws->scores = sp_alloc_aligned((size_t)sp_pool_size(ws->pool) * group * (size_t)n_ctx * sizeof(float));
     ws->scores_cap = n_ctx;
 }
 
@@ -118,7 +120,11 @@ typedef struct {
     float scale;
 } attn_job;
 
-/* One (row, head) pair per iteration, split between threads. */
+/* Work items are (row, KV head, part of its query heads): the query heads
+ * of a KV head go through the cache together (sp_attn_heads), split into
+ * parts only when there are too few items to keep every thread busy (one
+ * row of a model with one KV head).  A head's result does not depend on
+ * the grouping, so neither on the thread count. */
 static void attn_worker(void *ctx, int ith, int nth) {
     const attn_job *j = ctx;
     const sp_hparams *hp = j->hp;
@@ -126,17 +132,24 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const size_t qd = (size_t)hp->n_head * hd, kvd = (size_t)j->kv->kv_dim;
     const sp_f16 *kl = j->kv->k + (size_t)j->il * j->kv->n_ctx * kvd;
     const sp_f16 *vl = j->kv->v + (size_t)j->il * j->kv->n_ctx * kvd;
-    float *scores = j->ws->scores + (size_t)ith * j->ws->scores_cap;
+    float *scores = j->ws->scores + (size_t)ith * (size_t)group * j->ws->scores_cap;
+    const int per_row = j->n * hp->n_head_kv;
+    int parts = (2 * nth + per_row - 1) / per_row;
+    parts = parts < 1 ? 1 : (parts > group ? group : parts);
+    const int hpp = (group + parts - 1) / parts; /* heads per part */
     int64_t lo, hi;
-    sp_split((int64_t)j->n * hp->n_head, ith, nth, &lo, &hi);
+    sp_split((int64_t)per_row * parts, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
-        const int i = (int)(t / hp->n_head), h = (int)(t % hp->n_head);
-        const int pos = j->pos0 + i, kvh = h / group;
+        const int i = (int)(t / (hp->n_head_kv * parts)), rem = (int)(t % (hp->n_head_kv * parts));
+        const int kvh = rem / parts, h0 = kvh * group + (rem % parts) * hpp;
+        const int nh = h0 + hpp <= (kvh + 1) * group ? hpp : (kvh + 1) * group - h0;
+        if (nh <= 0) continue;
+        const int pos = j->pos0 + i;
         int first = 0;
         if (j->swa && pos - hp->swa_window + 1 > 0) first = pos - hp->swa_window + 1;
-        sp_attn_head(j->ws->att + i * qd + (size_t)h * hd, j->ws->q + i * qd + (size_t)h * hd,
-                     kl + (size_t)kvh * hd, vl + (size_t)kvh * hd, kvd, hd, first, pos + 1,
-                     j->scale, scores);
+        sp_attn_heads(j->ws->att + i * qd + (size_t)h0 * hd, j->ws->q + i * qd + (size_t)h0 * hd, nh,
+                      kl + (size_t)kvh * hd, vl + (size_t)kvh * hd, kvd, hd, first, pos + 1, j->scale,
+                      scores);
     }
 }
 
@@ -246,7 +259,7 @@ int sp_model_forward(const sp_model *m, sp_kv *kv, sp_workspace *ws, const int32
         if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
             return sp_err_set(err, "forward: token id %d out of range [0, %d)", tokens[i],
                               m->hp.n_vocab);
-    ensure_scores(ws, kv->n_ctx);
+    ensure_scores(ws, &m->hp, kv->n_ctx);
     const size_t V = (size_t)m->hp.n_vocab;
     for (int done = 0; done < n;) {
         const int c = n - done < ws->max_rows ? n - done : ws->max_rows;

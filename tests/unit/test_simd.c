@@ -496,6 +496,36 @@ static void test_attention_simd_vs_scalar(void **state) {
     }
 }
 
+/* A group of heads gives each head exactly sp_attn_head's result, for
+ * every group size (1..9 covers the 8-head split) and on every level. */
+static void test_attention_groups(void **state) {
+    (void)state;
+    const int hd = 24, n_pos = 70, nq_max = 9;
+    const size_t stride = (size_t)hd * 2;
+    sp_f16 *kc = malloc((size_t)n_pos * stride * sizeof(sp_f16)), *vc = malloc((size_t)n_pos * stride * sizeof(sp_f16));
+    sp_rng r = {99};
+    for (size_t i = 0; i < (size_t)n_pos * stride; i++) {
+        kc[i] = sp_f32_to_f16(urand(&r) * 2.0f);
+        vc[i] = sp_f32_to_f16(urand(&r));
+    }
+    float q[9 * 24], one[9 * 24], grp[9 * 24], scores[9 * 70];
+    fill(q, nq_max * hd, 1.0f, 7);
+    for (int level = 0; level <= (have_avx2() ? 1 : 0); level++) {
+        sp_kernels_set_simd(level ? SP_SIMD_AVX2 : SP_SIMD_SCALAR);
+        for (int nq = 1; nq <= nq_max; nq++) {
+            for (int lo = 0; lo <= 3; lo += 3) {
+                const int hi = n_pos - (nq % 3);
+                for (int h = 0; h < nq; h++)
+                    sp_attn_head(one + h * hd, q + h * hd, kc + hd, vc + hd, stride, hd, lo, hi, 0.2f, scores);
+                sp_attn_heads(grp, q, nq, kc + hd, vc + hd, stride, hd, lo, hi, 0.2f, scores);
+                if (memcmp(one, grp, (size_t)nq * hd * sizeof(float)) != 0)
+                    fail_msg("%s: group of %d heads differs from single heads", sp_kernels_describe(), nq);
+            }
+        }
+    }
+    free(kc); free(vc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_dispatch, teardown),
@@ -508,6 +538,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_geglu_all_f16, teardown),
         cmocka_unit_test_teardown(test_exp_accuracy, teardown),
         cmocka_unit_test_teardown(test_attention_simd_vs_scalar, teardown),
+        cmocka_unit_test_teardown(test_attention_groups, teardown),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
