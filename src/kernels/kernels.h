@@ -98,6 +98,11 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 /* Rotary embedding on one head of size head_dim at position pos, rotating the
  * first n_rot dims.  neox=false: pairs (2i, 2i+1); neox=true: pairs (i, i+n_rot/2). */
 void sp_rope(float *head, int head_dim, int n_rot, int pos, float freq_base, bool neox);
+/* sp_rope in two steps, for many heads at one position: the table of
+ * cos/sin (cs: n_rot floats) once, then the rotation of each head, with
+ * results bit-identical to sp_rope. */
+void sp_rope_table(float *cs, int n_rot, int pos, float freq_base);
+void sp_rope_apply(float *head, const float *cs, int n_rot, bool neox);
 /* In-place softmax over n values. */
 void sp_softmax(float *x, int n);
 /* x = silu(gate) * up, x = gelu_tanh(gate) * up. */

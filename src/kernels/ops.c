@@ -38,6 +38,30 @@ void sp_rope(float *head, int head_dim, int n_rot, int pos, float freq_base, boo
     (void)head_dim; /* dims >= n_rot pass through unchanged */
 }
 
+/* The same theta recurrence and cosf/sinf as sp_rope, once per position. */
+void sp_rope_table(float *cs, int n_rot, int pos, float freq_base) {
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    float theta = (float)pos;
+    for (int i = 0; i < n_rot / 2; i++) {
+        cs[2 * i] = cosf(theta);
+        cs[2 * i + 1] = sinf(theta);
+        theta *= theta_scale;
+    }
+}
+
+/* The rotation of sp_rope with the table's c and s: bit-identical. */
+void sp_rope_apply(float *head, const float *cs, int n_rot, bool neox) {
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const int a = neox ? i : 2 * i;
+        const int b = neox ? i + half : 2 * i + 1;
+        const float x0 = head[a], x1 = head[b];
+        head[a] = x0 * c - x1 * s;
+        head[b] = x0 * s + x1 * c;
+    }
+}
+
 void sp_softmax(float *x, int n) {
     SP_KDISPATCH(softmax, x, n);
     float max = -INFINITY;

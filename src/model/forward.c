@@ -21,6 +21,7 @@ struct sp_workspace {
     float *hb;              /* (max_rows, n_ff) */
     float *hb2;             /* (max_rows, n_ff) */
     void *act;              /* quantized activations for sp_matmul */
+    float *rope_cs;         /* (n_rot) RoPE cos/sin table of one row */
     float *scores;          /* (n_threads, scores_cap) attention scratch */
     int scores_cap;
 };
@@ -59,13 +60,14 @@ sp_workspace *sp_workspace_create(const sp_model *m, int max_rows, sp_pool *pool
     ws->hb = sp_alloc_aligned(R * hp->n_ff * sizeof(float));
     ws->hb2 = sp_alloc_aligned(R * hp->n_ff * sizeof(float));
     ws->act = sp_alloc_aligned(max_scratch(m, max_rows));
+    ws->rope_cs = sp_alloc_aligned((size_t)hp->n_rot * sizeof(float));
     return ws;
 }
 
 void sp_workspace_free(sp_workspace *ws) {
     if (!ws) return;
     void *bufs[] = { ws->x, ws->xb, ws->xb2, ws->q, ws->att, ws->k, ws->v, ws->hb, ws->hb2,
-                     ws->act, ws->scores };
+                     ws->act, ws->rope_cs, ws->scores };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) sp_free_aligned(bufs[i]);
     free(ws);
 }
@@ -159,11 +161,16 @@ static void attention(const sp_model *m, sp_kv *kv, sp_workspace *ws, int il, in
     sp_pool_run(ws->pool, attn_worker, &j);
 }
 
-static void rope_rows(const sp_hparams *hp, float *x, int n, int n_heads, int pos0, float base) {
-    for (int i = 0; i < n; i++)
-        for (int h = 0; h < n_heads; h++)
-            sp_rope(x + ((size_t)i * n_heads + h) * hp->head_dim, hp->head_dim, hp->n_rot,
-                    pos0 + i, base, hp->rope_neox);
+/* RoPE on the query and key heads of n rows: one cos/sin table per row. */
+static void rope_rows(const sp_hparams *hp, sp_workspace *ws, int n, int pos0, float base) {
+    const size_t hd = (size_t)hp->head_dim;
+    for (int i = 0; i < n; i++) {
+        sp_rope_table(ws->rope_cs, hp->n_rot, pos0 + i, base);
+        for (int h = 0; h < hp->n_head; h++)
+            sp_rope_apply(ws->q + ((size_t)i * hp->n_head + h) * hd, ws->rope_cs, hp->n_rot, hp->rope_neox);
+        for (int h = 0; h < hp->n_head_kv; h++)
+            sp_rope_apply(ws->k + ((size_t)i * hp->n_head_kv + h) * hd, ws->rope_cs, hp->n_rot, hp->rope_neox);
+    }
 }
 
 /* Final norm and LM head for rows [first, first + n) of the chunk. */
@@ -189,8 +196,7 @@ static void forward_llama(const sp_model *m, sp_kv *kv, sp_workspace *ws, const 
         matmul(ws, &L->wq, ws->xb, n, ws->q);
         matmul(ws, &L->wk, ws->xb, n, ws->k);
         matmul(ws, &L->wv, ws->xb, n, ws->v);
-        rope_rows(hp, ws->q, n, hp->n_head, pos0, L->rope_base);
-        rope_rows(hp, ws->k, n, hp->n_head_kv, pos0, L->rope_base);
+        rope_rows(hp, ws, n, pos0, L->rope_base);
         kv_store(kv, il, pos0, n, ws->k, ws->v);
         attention(m, kv, ws, il, pos0, n, false, hp->attn_scale);
         matmul(ws, &L->wo, ws->att, n, ws->xb2);
@@ -226,8 +232,7 @@ static void forward_gemma3(const sp_model *m, sp_kv *kv, sp_workspace *ws, const
         matmul(ws, &L->wv, ws->xb, n, ws->v);
         rmsnorm_rows(ws->q, ws->q, L->q_norm, n * hp->n_head, hd, hp->rms_eps);
         rmsnorm_rows(ws->k, ws->k, L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps);
-        rope_rows(hp, ws->q, n, hp->n_head, pos0, L->rope_base);
-        rope_rows(hp, ws->k, n, hp->n_head_kv, pos0, L->rope_base);
+        rope_rows(hp, ws, n, pos0, L->rope_base);
         sp_vec_scale(ws->q, hp->attn_scale, n * qd);
         kv_store(kv, il, pos0, n, ws->k, ws->v);
         attention(m, kv, ws, il, pos0, n, L->swa, 1.0f);

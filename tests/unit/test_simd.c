@@ -526,6 +526,27 @@ static void test_attention_groups(void **state) {
     free(kc); free(vc);
 }
 
+/* The RoPE table path is bit-identical to sp_rope. */
+static void test_rope_table(void **state) {
+    (void)state;
+    const int n_rots[] = {64, 32, 256};
+    const float bases[] = {10000.0f, 1e6f, 100000.0f};
+    float a[256], b[256], cs[256];
+    for (int k = 0; k < 3; k++) {
+        for (int neox = 0; neox < 2; neox++) {
+            for (int pos = 0; pos < 5000; pos += 777) {
+                const int hd = n_rots[k] == 32 ? 64 : n_rots[k];
+                fill(a, hd, 2.0f, (uint64_t)pos + 1);
+                memcpy(b, a, sizeof a);
+                sp_rope(a, hd, n_rots[k], pos, bases[k], neox);
+                sp_rope_table(cs, n_rots[k], pos, bases[k]);
+                sp_rope_apply(b, cs, n_rots[k], neox);
+                assert_memory_equal(a, b, (size_t)hd * sizeof(float));
+            }
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_dispatch, teardown),
@@ -539,6 +560,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_exp_accuracy, teardown),
         cmocka_unit_test_teardown(test_attention_simd_vs_scalar, teardown),
         cmocka_unit_test_teardown(test_attention_groups, teardown),
+        cmocka_unit_test_teardown(test_rope_table, teardown),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
