@@ -95,3 +95,46 @@ int sp_kernels_set_simd(sp_simd level) {
 }
 
 const char *sp_kernels_describe(void) { return sp_kern()->name; }
+
+/* The portable counterpart of the peak loop: 8 chains of int8 products
+ * summed in int32, 32 per chain and round. */
+static int64_t sp_scalar_peak_loop(int64_t iters) {
+    int8_t y[32];
+    int32_t acc[8] = {0};
+    for (int i = 0; i < 32; i++) y[i] = (int8_t)(i - 16);
+    volatile int8_t wv = 3;
+    for (int64_t it = 0; it < iters; it++) {
+        const int8_t w = wv;
+        for (int c = 0; c < 8; c++)
+            for (int i = 0; i < 32; i++) acc[c] += (int32_t)w * y[i] + c;
+    }
+    int64_t s = 0;
+    for (int c = 0; c < 8; c++) s += acc[c];
+    return s;
+}
+
+/* Rounds of the active level's loop until `seconds` have passed (at least
+ * a few milliseconds), best of 3 measurements. */
+double sp_kernels_peak_gmacs(double seconds) {
+    const bool simd = sp_kern()->level == SP_SIMD_AVX2;
+    int64_t (*loop)(int64_t) = sp_scalar_peak_loop;
+#if defined(__x86_64__)
+    if (simd) loop = sp_avx2_peak_loop;
+#endif
+    int64_t iters = 1000, sink = 0;
+    double best = 0.0;
+    for (int rep = 0; rep < 3; rep++) {
+        for (;;) {
+            const uint64_t t0 = sp_now_ns();
+            sink += loop(iters);
+            const double s = sp_ns_to_s(sp_now_ns() - t0);
+            if (s >= seconds / 3 || s >= 1.0) {
+                const double r = (double)iters * 8.0 * 32.0 / s * 1e-9;
+                if (r > best) best = r;
+                break;
+            }
+            iters = s > 1e-4 ? (int64_t)((double)iters * (seconds / 3) / s) + 1 : iters * 10;
+        }
+    }
+    return sink == INT64_MIN ? -1.0 : best; /* uses the loops' results */
+}

@@ -43,6 +43,12 @@ sp_simd sp_kernels_simd(void);
 int sp_kernels_set_simd(sp_simd level);
 /* The level in use, for logs: "scalar" or "avx2+fma+f16c". */
 const char *sp_kernels_describe(void);
+/* Peak int8 multiply-accumulate rate of one thread, GMAC/s, measured for
+ * about `seconds` (best of 3): a register-only loop of the instructions
+ * that do the kernels' multiply-accumulates (AVX2: maddubs + madd + add
+ * on 8 independent chains; scalar: the portable int8 loop).  For
+ * benchmarks: the kernels' achieved MAC rate is quoted against it. */
+double sp_kernels_peak_gmacs(double seconds);
 
 /* ------------------------------------------------------------------------
  * Block formats (quant.c)
