@@ -116,10 +116,9 @@ static int64_t sp_scalar_peak_loop(int64_t iters) {
 /* Rounds of the active level's loop until `seconds` have passed (at least
  * a few milliseconds), best of 3 measurements. */
 double sp_kernels_peak_gmacs(double seconds) {
-    const bool simd = sp_kern()->level == SP_SIMD_AVX2;
     int64_t (*loop)(int64_t) = sp_scalar_peak_loop;
 #if defined(__x86_64__)
-    if (simd) loop = sp_avx2_peak_loop;
+    if (sp_kern()->level == SP_SIMD_AVX2) loop = sp_avx2_peak_loop;
 #endif
     int64_t iters = 1000, sink = 0;
     double best = 0.0;
