@@ -6,9 +6,10 @@
  * each weight row is read from memory once per call whatever the number
  * of activation rows:
  *   - SIMD path (dispatch table has a kernel for the type): activations in
- *     the split layout of internal.h, and one dot_rows call per weight row
- *     computes it against all activation rows (the weight blocks are
- *     unpacked once per chunk of rows, not once per row);
+ *     the split layout of internal.h; one dot_rows call per chunk of weight
+ *     rows multiplies each weight row against all activation rows (its
+ *     blocks unpacked once per register chunk of 4-8 activation rows, not
+ *     once per row);
  *   - portable path: one sp_vec_dot per (weight row, activation row).
  * Either way an output element is a fixed function of its weight row and
  * activation row: which thread computes it, and how many rows share the
