@@ -75,6 +75,14 @@ sp_drafter *sp_drafter_create(const char *name, const sp_drafter_opts *o, sp_err
     if (!strcmp(name, "ngram"))
         return sp_ngram_create(o && o->ngram_min ? o->ngram_min : 1,
                                o && o->ngram_max ? o->ngram_max : 3, err);
-    sp_err_set(err, "unknown speculative method '%s' (available: ngram)", name);
+    if (!strcmp(name, "suffix")) {
+        sp_suffix_opts so = sp_suffix_defaults();
+        if (o && o->suffix_factor) so.factor = o->suffix_factor;
+        if (o && o->suffix_min_prob) so.min_prob = o->suffix_min_prob;
+        if (o && o->suffix_max_depth) so.max_depth = o->suffix_max_depth;
+        if (o && o->tree_width) so.tree_width = o->tree_width;
+        return sp_suffix_create(&so, err);
+    }
+    sp_err_set(err, "unknown speculative method '%s' (available: ngram, suffix)", name);
     return NULL;
 }

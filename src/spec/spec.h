@@ -133,10 +133,41 @@ long sp_ckpt_check(const sp_drafter *d, const uint8_t *buf, size_t len, sp_err *
  * tokens that followed it.  Incremental hash index: O(max-min+1) per token. */
 sp_drafter *sp_ngram_create(int min_ngram, int max_ngram, sp_err *err);
 
-/* Creates a drafter by name ("ngram") with parameters from the options
- * below (0 = default). */
+/* Suffix-tree drafting (SuffixDecoding, Oliaro et al., NeurIPS 2025).  A
+ * depth-bounded suffix trie over the request's history (prompt + output)
+ * and an engine-wide one over the outputs of earlier requests (bounded:
+ * oldest evicted first; shared by concurrent drafts under a mutex; a
+ * request's output joins it when its draft closes).  A proposal follows the
+ * longest context suffix that occurred before with a continuation (at most
+ * max_depth - min(max_n, max_depth / 2) tokens), takes at each step the
+ * most frequent continuation with probability count(child) / sum of the
+ * sibling counts (cumulative product along the path), stops below
+ * min_prob, and is at most factor * match length long; of the two
+ * structures the one with the higher expected accepted length (sum of the
+ * cumulative probabilities) wins.  tree_width > 1 returns a token tree in
+ * `parent` (each node's tree_width most frequent continuations, best-first
+ * by probability, at most max_n tokens, depth-first preorder so the first
+ * run is the chain). */
+typedef struct sp_suffix_opts {
+    int max_depth;                   /* trie depth bound, 4..512 (default 64) */
+    float factor;                    /* draft length <= factor * match length (default 1) */
+    float min_prob;                  /* drop candidates below this probability (default 0.1) */
+    int tree_width;                  /* 1 = chain (default); 2..8 = tree proposals */
+    int64_t global_tokens;           /* engine-wide budget in tokens, 0 = no engine-wide trie (default 65536) */
+    int64_t global_nodes;            /* engine-wide budget in trie nodes (default 524288, ~40 MB at most) */
+    bool global_prompts;             /* engine-wide trie gets prompts too, not only outputs (default false) */
+} sp_suffix_opts;
+sp_suffix_opts sp_suffix_defaults(void);
+/* o = NULL: the defaults.  Fails (err) on out-of-range options. */
+sp_drafter *sp_suffix_create(const sp_suffix_opts *o, sp_err *err);
+
+/* Creates a drafter by name ("ngram", "suffix") with parameters from the
+ * options below (0 = default). */
 typedef struct sp_drafter_opts {
     int ngram_min, ngram_max;
+    float suffix_factor, suffix_min_prob;
+    int suffix_max_depth;
+    int tree_width;                  /* tree proposals where the drafter makes them (suffix) */
 } sp_drafter_opts;
 sp_drafter *sp_drafter_create(const char *name, const sp_drafter_opts *o, sp_err *err);
 
