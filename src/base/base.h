@@ -83,6 +83,10 @@ sp_pool *sp_pool_create(int n_threads);     /* n_threads >= 1 */
 void sp_pool_free(sp_pool *pool);
 int sp_pool_size(const sp_pool *pool);
 void sp_pool_run(sp_pool *pool, sp_pool_fn fn, void *ctx);
+/* One step of a wait loop inside a pool job (spins = steps so far): a CPU
+ * pause hint for the first steps, then sched_yield, so a thread waiting
+ * for another one that was descheduled gives it the core. */
+void sp_pool_relax(int spins);
 /* Number of physical cores (best effort; >= 1). */
 int sp_physical_cores(void);
 

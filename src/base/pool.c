@@ -25,7 +25,7 @@
 #define SP_POOL_PURE_SPIN 1000   /* checks before a waiter starts yielding */
 
 /* One wait step: a CPU pause hint for the first checks, then yield. */
-static inline void sp_pool_relax(int spins) {
+void sp_pool_relax(int spins) {
     if (spins < SP_POOL_PURE_SPIN) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();

@@ -40,6 +40,7 @@ typedef struct {
     int64_t ldy;
     int64_t chunk;            /* output rows taken at a time */
     _Atomic int64_t next;     /* first output row not yet taken */
+    _Atomic int prepared;     /* threads done preparing their activation rows */
 } sp_matmul_job;
 
 /* Activation row r: the split layout (SIMD) or blocks of sp_act_type. */
@@ -68,9 +69,17 @@ static void sp_mm_rows(const sp_matmul_job *job, int64_t lo, int64_t hi) {
     }
 }
 
-/* Each thread takes chunks of output rows until none is left. */
+/* Thread ith prepares activation rows ith, ith + nth, ... (when they need
+ * preparing) and waits until every thread has; then each thread takes
+ * chunks of output rows until none is left. */
 static void sp_matmul_worker(void *ctx, int ith, int nth) {
     sp_matmul_job *job = ctx;
+    if (job->xq != job->x) {
+        for (int r = ith; r < job->n_rows; r += nth) sp_mm_prepare(job, r);
+        atomic_fetch_add_explicit(&job->prepared, 1, memory_order_acq_rel);
+        for (int spins = 0; atomic_load_explicit(&job->prepared, memory_order_acquire) < nth; spins++)
+            sp_pool_relax(spins);
+    }
     const int64_t n_out = job->w->n_out;
     for (;;) {
         const int64_t lo = atomic_fetch_add_explicit(&job->next, job->chunk, memory_order_relaxed);
@@ -100,8 +109,7 @@ void sp_matmul(const sp_matrix *w, const float *x, int n_rows, float *y, int64_t
     int64_t chunk = w->n_out / (8 * (int64_t)nth);
     job.chunk = chunk < 4 ? 4 : (chunk > 256 ? 256 : chunk);
     atomic_init(&job.next, 0);
-    if (job.xq != x)
-        for (int r = 0; r < n_rows; r++) sp_mm_prepare(&job, r);
+    atomic_init(&job.prepared, 0);
     sp_pool_run(pool, sp_matmul_worker, &job);
 }
 
