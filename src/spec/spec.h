@@ -135,19 +135,21 @@ sp_drafter *sp_ngram_create(int min_ngram, int max_ngram, sp_err *err);
 
 /* Suffix-tree drafting (SuffixDecoding, Oliaro et al., NeurIPS 2025).  A
  * depth-bounded suffix trie over the request's history (prompt + output)
- * and an engine-wide one over the outputs of earlier requests (bounded:
+ * and an engine-wide one over the outputs of earlier requests, each with
+ * the last global_prompt_tail tokens of its prompt (bounded:
  * oldest evicted first; shared by concurrent drafts under a mutex; a
- * request's output joins it when its draft closes).  A proposal follows the
- * longest context suffix that occurred before with a continuation (at most
- * max_depth - min(max_n, max_depth / 2) tokens), takes at each step the
+ * request's output joins it when its draft closes).  A proposal follows a
+ * context suffix that occurred before with a continuation (at most
+ * max_depth - min(max_n, max_depth / 2) tokens; the longest unless a
+ * shorter one scores higher), takes at each step the
  * most frequent continuation with probability count(child) / sum of the
  * sibling counts (cumulative product along the path), stops below
  * min_prob, and is at most factor * match length long; of the two
  * structures the one with the higher expected accepted length (sum of the
- * cumulative probabilities) wins.  tree_width > 1 returns a token tree in
- * `parent` (each node's tree_width most frequent continuations, best-first
- * by probability, at most max_n tokens, depth-first preorder so the first
- * run is the chain). */
+ * cumulative probabilities) wins, on a tie the longer match.  tree_width > 1
+ * returns a token tree in `parent` (each node's tree_width most frequent
+ * continuations, best-first by probability, at most max_n tokens,
+ * depth-first preorder so the first run is the chain). */
 typedef struct sp_suffix_opts {
     int max_depth;                   /* trie depth bound, 4..512 (default 64) */
     float factor;                    /* draft length <= factor * match length (default 1) */
@@ -155,7 +157,10 @@ typedef struct sp_suffix_opts {
     int tree_width;                  /* 1 = chain (default); 2..8 = tree proposals */
     int64_t global_tokens;           /* engine-wide budget in tokens, 0 = no engine-wide trie (default 65536) */
     int64_t global_nodes;            /* engine-wide budget in trie nodes (default 524288, ~40 MB at most) */
-    bool global_prompts;             /* engine-wide trie gets prompts too, not only outputs (default false) */
+    bool global_prompts;             /* engine-wide trie gets whole prompts too (default false) */
+    int global_prompt_tail;          /* else the last N prompt tokens before each output (default 8):
+                                        the end of the request and the template's turn header, so a
+                                        repeated request matches across the prompt/output boundary */
 } sp_suffix_opts;
 sp_suffix_opts sp_suffix_defaults(void);
 /* o = NULL: the defaults.  Fails (err) on out-of-range options. */

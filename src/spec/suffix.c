@@ -6,14 +6,16 @@
  *   - per request: a trie over the draft's history (prompt + feed tokens +
  *     accepted drafts; rejected drafts never enter it), extended by
  *     O(max_depth) per token;
- *   - engine-wide: a trie over the outputs of earlier requests (and their
- *     prompts if global_prompts), owned by the drafter.  A request's output
- *     is added when its draft closes (so concurrent requests do not see
- *     each other's partial outputs), under a mutex that proposals take
- *     too; the oldest sequences are evicted while the trie holds more than
- *     global_tokens tokens or global_nodes nodes.
- * The candidate with the higher score (expected accepted tokens) wins; a
- * tie goes to the request's own trie.
+ *   - engine-wide: a trie over the outputs of earlier requests, each
+ *     preceded by the last global_prompt_tail tokens of its prompt (the
+ *     whole prompt with global_prompts), owned by the drafter.  A
+ *     request's output is added when its draft closes (so concurrent
+ *     requests do not see each other's partial outputs), under a mutex
+ *     that proposals take too; the oldest sequences are evicted while the
+ *     trie holds more than global_tokens tokens or global_nodes nodes.
+ * The candidate with the higher score (expected accepted tokens) wins; on
+ * equal scores (typically two certain chains cut at max_n) the longer, more
+ * specific match, then the request's own trie.
  *
  * Checkpoints hold the history and the prompt length ("suffix-v1:..."); a
  * restore rebuilds the request's trie from it.  The engine-wide trie is
@@ -43,7 +45,7 @@ typedef struct suffix_draft {
 sp_suffix_opts sp_suffix_defaults(void) {
     return (sp_suffix_opts){ .max_depth = 64, .factor = 1.0f, .min_prob = 0.1f, .tree_width = 1,
                              .global_tokens = 1 << 16, .global_nodes = 1 << 19,
-                             .global_prompts = false };
+                             .global_prompts = false, .global_prompt_tail = 8 };
 }
 
 /* ---- per-request state ---- */
@@ -121,7 +123,9 @@ static int suffix_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_
         pthread_mutex_lock(&c->mu);
         sp_sfx_propose(c->global, h, n, &p, &g->cand[1]);
         pthread_mutex_unlock(&c->mu);
-        if (g->cand[1].score > best->score) best = &g->cand[1];
+        const sp_sfx_cand *o = &g->cand[1];
+        if (o->score > best->score || (o->score == best->score && o->match_len > best->match_len))
+            best = o;
     }
     g->n_out = best->n;
     memcpy(g->out, best->tok, (size_t)best->n * sizeof(int32_t));
@@ -180,15 +184,16 @@ static int suffix_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *e
     return 0;
 }
 
-/* A closing request hands its output (and its prompt, with
- * global_prompts) to the engine-wide trie. */
+/* A closing request hands its output, after the tail of its prompt (or
+ * the whole prompt), to the engine-wide trie. */
 static void suffix_close(sp_draft *s) {
     suffix_drafter *c = s->drafter->impl;
     suffix_draft *g = s->impl;
     if (c->global) {
         int n;
         const int32_t *h = history(g, &n);
-        const int from = c->o.global_prompts ? 0 : g->n_prompt;
+        const int tail = c->o.global_prompt_tail < g->n_prompt ? c->o.global_prompt_tail : g->n_prompt;
+        const int from = c->o.global_prompts ? 0 : g->n_prompt - tail;
         global_add(c, h + from, n - from);
     }
     sp_sfx_free(g->local);
@@ -235,6 +240,8 @@ static int check_opts(const sp_suffix_opts *o, sp_err *err) {
     if (o->global_tokens < 0 || o->global_tokens > INT32_MAX)
         return sp_err_set(err, "suffix: engine-wide token budget must be in [0, 2^31) (got %lld)",
                           (long long)o->global_tokens);
+    if (o->global_prompt_tail < 0 || o->global_prompt_tail > 4096)
+        return sp_err_set(err, "suffix: prompt tail must be in [0, 4096] (got %d)", o->global_prompt_tail);
     if (o->global_tokens > 0 && o->global_nodes < 1)
         return sp_err_set(err, "suffix: engine-wide node budget must be positive (got %lld)",
                           (long long)o->global_nodes);

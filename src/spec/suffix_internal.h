@@ -27,11 +27,11 @@
  * that occurrence (a unique string has a unique continuation at any
  * length), which is what lets long exact repeats draft far.
  *
- * Proposals (sp_sfx_propose): the longest suffix of the context that
- * occurred before with a continuation (the *match*, at most
- * max_depth - min(max_n, max_depth / 2) tokens, so that a match leaves
- * room for a continuation inside the depth bound), then best-first
- * expansion: a child t of string P gets probability
+ * Proposals (sp_sfx_propose): a *match* is a suffix of the context that
+ * occurred before with a continuation, at most
+ * max_depth - min(max_n, max_depth / 2) tokens long (so that it leaves
+ * room for a continuation inside the depth bound).  From the match,
+ * best-first expansion: a child t of string P gets probability
  *     prob(P t) = prob(P) * count(P t) / sum_x count(P x)
  * (the sum over continuations, so occurrences at the end of a sequence —
  * the context itself in the per-request trie — do not dilute it);
@@ -43,7 +43,10 @@
  * tokens' probabilities = the expected number of accepted tokens under the
  * frequency model.  Trees come out in depth-first preorder with the more
  * probable child first, so the first root-to-leaf run is the chain and
- * the order is topological.
+ * the order is topological.  Every match length is tried, longest first,
+ * and the best score wins (the longer match on ties); the search stops as
+ * soon as floor(factor * m) cannot beat it, so in practice the longest
+ * match decides unless its continuation is cut short.
  *
  * Not thread-safe: the drafter serialises access to the shared trie.
  */

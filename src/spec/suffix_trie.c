@@ -557,23 +557,15 @@ static void preorder(sp_sfx_cand *c) {
     }
 }
 
-void sp_sfx_propose(const sp_sfx *t, const int32_t *ctx, int n, const sp_sfx_params *p,
-                    sp_sfx_cand *out) {
+/* The best-first expansion from the match of length m (ctx[n-m..n), known
+ * to occur with a continuation) into out, without reordering. */
+static void expand(const sp_sfx *t, const int32_t *pat, int m, const sp_sfx_params *p, int max_n,
+                   int width, int cap, sp_sfx_cand *out) {
     out->n = 0;
-    out->match_len = 0;
-    out->score = 0;
-    const int max_n = p->max_n < SP_MAX_DRAFT ? p->max_n : SP_MAX_DRAFT;
-    const int width = p->width < 1 ? 1 : p->width > SP_SFX_MAX_WIDTH ? SP_SFX_MAX_WIDTH : p->width;
-    if (max_n < 1) return;
-    const int room = max_n < t->D / 2 ? max_n : t->D / 2;
-    const int m = sp_sfx_match(t, ctx, n, t->D - room);
-    if (!m) return;
     out->match_len = m;
-    double capd = (double)p->factor * m + 1e-6;
-    const int cap = capd >= max_n ? max_n : (int)capd;
-    if (cap < 1) return;
+    out->score = 0;
     sfx_loc at;
-    bool ok = walk(t, ctx + n - m, m, &at);
+    bool ok = walk(t, pat, m, &at);
     assert(ok);
     (void)ok;
     sfx_frontier f;
@@ -588,7 +580,33 @@ void sp_sfx_propose(const sp_sfx *t, const int32_t *ctx, int n, const sp_sfx_par
         out->n++;
         if (it.len < cap) push_children(t, it.at, it.p, out->n - 1, it.len, width, p->min_prob, &f);
     }
-    if (width > 1) preorder(out);
+}
+
+/* Tries the match lengths from the longest down and keeps the best score
+ * (the longer match on ties).  A match of length m yields at most
+ * floor(factor * m) tokens of probability <= 1, so the search stops once
+ * that bound cannot beat the best: usually after one or two lengths, but a
+ * long match whose continuation is cut short (periodic text, where the
+ * longest match overlaps the end of the context) gives way to a shorter
+ * one with a longer continuation. */
+void sp_sfx_propose(const sp_sfx *t, const int32_t *ctx, int n, const sp_sfx_params *p,
+                    sp_sfx_cand *out) {
+    out->n = 0;
+    out->match_len = 0;
+    out->score = 0;
+    const int max_n = p->max_n < SP_MAX_DRAFT ? p->max_n : SP_MAX_DRAFT;
+    const int width = p->width < 1 ? 1 : p->width > SP_SFX_MAX_WIDTH ? SP_SFX_MAX_WIDTH : p->width;
+    if (max_n < 1) return;
+    const int room = max_n < t->D / 2 ? max_n : t->D / 2;
+    sp_sfx_cand c;
+    for (int m = sp_sfx_match(t, ctx, n, t->D - room); m >= 1; m--) {
+        const double capd = (double)p->factor * m + 1e-6;
+        const int cap = capd >= max_n ? max_n : (int)capd;
+        if (cap < 1 || (double)cap <= out->score) break;
+        expand(t, ctx + n - m, m, p, max_n, width, cap, &c);
+        if (c.score > out->score) *out = c;
+    }
+    if (width > 1 && out->n) preorder(out);
 }
 
 /* ----------------------------------------------------------------------------

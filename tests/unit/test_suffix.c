@@ -42,25 +42,23 @@ static int ref_match(const corpus *c, const int32_t *ctx, int n, int max_len, in
     return 0;
 }
 
-/* The documented chain rule, the obvious way. */
-static int ref_chain(const corpus *c, const int32_t *ctx, int n, int D, const sp_sfx_params *p,
-                     int32_t *out, double *prob) {
-    const int room = p->max_n < D / 2 ? p->max_n : D / 2;
-    const int m = ref_match(c, ctx, n, D - room, D);
-    if (!m) return 0;
+/* The chain from the match of length m, the obvious way; returns its
+ * length, *score the sum of its probabilities. */
+static int ref_chain_at(const corpus *c, const int32_t *ctx, int n, int m, int D,
+                        const sp_sfx_params *p, int32_t *out, double *prob, double *score) {
     double capd = (double)p->factor * m + 1e-6;
     const int cap = capd >= p->max_n ? p->max_n : (int)capd;
     int32_t P[1024];
     int d = m, k = 0;
     memcpy(P, ctx + n - m, (size_t)m * sizeof *P);
     double pr = 1.0;
+    *score = 0;
     while (k < cap) {
         int32_t x = -1;
         double q;
         if (d < D) {
             int64_t total = 0, best_cnt = 0;
             int best_j = -1, best_i = -1;
-            /* candidate tokens: gather counts per token by scanning */
             for (int j = 0; j < c->k; j++)
                 for (int i = 0; i + d < c->n[j]; i++) {
                     if (!occurs_at(c, j, i, P, d)) continue;
@@ -84,6 +82,8 @@ static int ref_chain(const corpus *c, const int32_t *ctx, int n, int D, const sp
             if (!total) break;
             q = pr * ((double)best_cnt / (double)total);
         } else {
+            /* past the depth bound: only a string seen once continues, by
+             * reading its occurrence */
             int oj = -1, oi = -1, cnt = 0;
             for (int j = 0; j < c->k; j++)
                 for (int i = 0; i + D <= c->n[j]; i++)
@@ -95,11 +95,35 @@ static int ref_chain(const corpus *c, const int32_t *ctx, int n, int D, const sp
         if (q < (double)p->min_prob) break;
         out[k] = x;
         prob[k] = q;
+        *score += q;
         k++;
         P[d++] = x;
         pr = q;
     }
     return k;
+}
+
+/* The documented chain rule: every match length, the best score, the
+ * longer match on ties.  Returns the length; *m_out the match length. */
+static int ref_chain(const corpus *c, const int32_t *ctx, int n, int D, const sp_sfx_params *p,
+                     int32_t *out, double *prob, int *m_out) {
+    const int room = p->max_n < D / 2 ? p->max_n : D / 2;
+    int best_n = 0;
+    double best = 0;
+    *m_out = 0;
+    for (int m = ref_match(c, ctx, n, D - room, D); m >= 1; m--) {
+        int32_t o[SP_MAX_DRAFT];
+        double pr[SP_MAX_DRAFT], sc;
+        const int k = ref_chain_at(c, ctx, n, m, D, p, o, pr, &sc);
+        if (sc > best) {
+            best = sc;
+            best_n = k;
+            *m_out = m;
+            memcpy(out, o, (size_t)k * sizeof *o);
+            memcpy(prob, pr, (size_t)k * sizeof *pr);
+        }
+    }
+    return best_n;
 }
 
 static void check_trie(const sp_sfx *t) {
@@ -273,7 +297,7 @@ static void test_trie_evict_exact(void **st) {
 static void test_propose_matches_reference(void **st) {
     (void)st;
     sp_rng r = { 2024 };
-    int proposed = 0, beyond = 0;
+    int proposed = 0, beyond = 0, shorter = 0;
     for (int cfg = 0; cfg < 6; cfg++) {
         const int D = (const int[]){ 4, 6, 8, 12, 5, 16 }[cfg], A = 2 + cfg % 4;
         int32_t *s = random_seq(&r, 300, A);
@@ -290,10 +314,13 @@ static void test_propose_matches_reference(void **st) {
             sp_sfx_propose(t, s, L, &p, &got);
             int32_t want[32];
             double prob[32];
-            const int wn = ref_chain(&c, s, L, D, &p, want, prob);
+            int wm;
+            const int wn = ref_chain(&c, s, L, D, &p, want, prob, &wm);
             if (got.n != wn || memcmp(got.tok, want, (size_t)wn * sizeof *want))
                 fail_msg("D=%d L=%d max_n=%d factor=%g minp=%g: %d tokens, reference %d", D, L, p.max_n,
                          (double)p.factor, (double)p.min_prob, got.n, wn);
+            if (wn) assert_int_equal(got.match_len, wm);
+            shorter += wn && wm < sp_sfx_match(t, s, L, D - (p.max_n < D / 2 ? p.max_n : D / 2));
             double score = 0;
             for (int i = 0; i < wn; i++) {
                 assert_float_equal(got.prob[i], (float)prob[i], 1e-6);
@@ -321,16 +348,19 @@ static void test_propose_matches_reference(void **st) {
         sp_sfx_propose(t, ctx, n, &p, &got);
         int32_t want[32];
         double prob[32];
-        const int wn = ref_chain(&c, ctx, n, 7, &p, want, prob);
+        int wm;
+        const int wn = ref_chain(&c, ctx, n, 7, &p, want, prob, &wm);
         assert_int_equal(got.n, wn);
         assert_memory_equal(got.tok, want, (size_t)wn * sizeof *want);
         beyond += got.match_len + wn > 7;
     }
     sp_sfx_free(t);
     for (int j = 0; j < c.k; j++) free((void *)c.s[j]);
-    printf("# %d non-empty proposals, %d read past the depth bound\n", proposed, beyond);
+    printf("# %d non-empty proposals, %d read past the depth bound, %d from a shorter match\n",
+           proposed, beyond, shorter);
     assert_true(proposed > 500);
     assert_true(beyond > 20);      /* the unique-continuation path really ran */
+    assert_true(shorter > 20);     /* and so did the search over match lengths */
 }
 
 /* ---------------------------------------------------------------------------
@@ -389,6 +419,23 @@ static void test_propose_hand(void **st) {
     assert_int_equal(c.match_len, 0);
     sp_sfx_free(t);
 
+    /* Periodic text: 9 then (1 2) ten times.  The longest match (18 tokens,
+     * the occurrence shifted by one period) runs into the end of the
+     * history after 2 tokens; shorter matches have more (overlapping)
+     * occurrences that reach further: m = 16 gives 4 tokens, ..., m = 12
+     * the full 8, and m <= 11 cannot do better, so 12 wins. */
+    int32_t per[21] = { 9 };
+    for (int i = 1; i < 21; i++) per[i] = i % 2 ? 1 : 2;
+    t = sp_sfx_create(64);
+    sp_sfx_append(t, per, 21);
+    sp_sfx_propose(t, per, 21, &(sp_sfx_params){ 8, 1.0f, 0.1f, 1 }, &c);
+    assert_int_equal(sp_sfx_match(t, per, 21, 64), 18);
+    assert_int_equal(c.match_len, 12);
+    assert_int_equal(c.n, 8);
+    for (int i = 0; i < 8; i++) assert_int_equal(c.tok[i], i % 2 ? 2 : 1);
+    assert_float_equal(c.score, 8.0, 1e-6);
+    sp_sfx_free(t);
+
     /* A long exact repeat drafts past the depth bound by reading the unique
      * earlier occurrence: D = 4 limits the match to 4 - 2 = 2 tokens, factor
      * 4 allows 8. */
@@ -412,7 +459,7 @@ static void test_propose_hand(void **st) {
 static void test_tree_shape(void **st) {
     (void)st;
     sp_rng r = { 31337 };
-    int branched = 0;
+    int branched = 0, same_match = 0;
     for (int round = 0; round < 400; round++) {
         const int D = 6 + (int)(sp_rng_next(&r) % 10), A = 2 + (int)(sp_rng_next(&r) % 4);
         const int L = 20 + (int)(sp_rng_next(&r) % 200);
@@ -446,15 +493,20 @@ static void test_tree_shape(void **st) {
         assert_float_equal(c.score, score, 1e-5);
         int run = 0;
         while (run < c.n && c.parent[run] == run - 1) run++;
-        assert_true(run <= chain.n);
-        assert_memory_equal(c.tok, chain.tok, (size_t)run * sizeof(int32_t));
-        assert_true(c.score >= chain.score - 1e-9 || c.n < chain.n);
+        if (c.match_len == chain.match_len) {     /* same match: the first run starts the chain */
+            assert_true(run <= chain.n);
+            assert_memory_equal(c.tok, chain.tok, (size_t)run * sizeof(int32_t));
+            same_match++;
+        }
+        /* the tree from the chain's match already scores at least the chain */
+        assert_true(c.score >= chain.score - 1e-9);
         branched += nroots > 1 || run < c.n;
         sp_sfx_free(t);
         free(s);
     }
-    printf("# %d of 400 trees branched\n", branched);
+    printf("# %d of 400 trees branched, %d from the chain's match\n", branched, same_match);
     assert_true(branched > 50);
+    assert_true(same_match > 200);
 }
 
 /* ---------------------------------------------------------------------------
@@ -486,6 +538,7 @@ static void test_drafter_global(void **st) {
     (void)st;
     sp_err err;
     sp_suffix_opts o = sp_suffix_defaults();
+    o.global_prompt_tail = 0;              /* outputs only */
     sp_drafter *d = sp_suffix_create(&o, &err);
     assert_non_null(d);
     assert_string_equal(d->name, "suffix");
@@ -532,8 +585,23 @@ static void test_drafter_global(void **st) {
     assert_int_equal(info.tokens, 8 + 5);      /* + 5 6 7 8 50 */
     sp_drafter_free(d);
 
-    /* with the prompts in the engine-wide trie, the repeat matches across
-     * the prompt/output boundary at once */
+    /* with (the tail of) the prompts in the engine-wide trie, the repeat
+     * matches across the prompt/output boundary at once */
+    o.global_prompt_tail = 2;
+    d = sp_suffix_create(&o, &err);
+    s = open_draft(d);
+    d->ops->prefill(s, prompt, 3, NULL, &err);
+    feed_all(s, out, 8);
+    sp_draft_close(s);
+    sp_suffix_global_info(d, &info);
+    assert_int_equal(info.tokens, 2 + 8);
+    s = open_draft(d);
+    d->ops->prefill(s, prompt, 3, NULL, &err);
+    assert_int_equal(d->ops->propose(s, &out[0], 1, 8, &p, &err), 0);
+    assert_int_equal(p.n, 3);              /* match "101 102 5": 3 tokens */
+    assert_memory_equal(p.tokens, out + 1, 3 * sizeof(int32_t));
+    sp_draft_close(s);
+    sp_drafter_free(d);
     o.global_prompts = true;
     d = sp_suffix_create(&o, &err);
     s = open_draft(d);
