@@ -30,10 +30,13 @@ static const char run_help[] =
     "      --seed S            sampling seed (default: random, printed)\n"
     "      --stop TEXT         stop when TEXT is generated (repeatable)\n"
     "      --ignore-eos        keep generating after end-of-generation tokens\n"
-    "      --spec METHOD       speculative decoding: none (default) or ngram\n"
+    "      --spec METHOD       speculative decoding: none (default), ngram or suffix\n"
     "      --draft-max N|adaptive  draft tokens per round (default: adaptive)\n"
     "      --ngram-min N       shortest suffix n-gram to match (default 1)\n"
     "      --ngram-max N       longest suffix n-gram to match (default 3)\n"
+    "      --suffix-factor F   suffix: draft at most F x match length tokens (default 1)\n"
+    "      --suffix-min-prob P suffix: drop draft tokens below this estimated probability (default 0.1)\n"
+    "      --suffix-max-depth N  suffix: depth of the suffix trie (default 64)\n"
     "  -q, --quiet             no statistics on stderr\n"
     "  -h, --help              this help\n";
 
@@ -157,6 +160,9 @@ int sp_cmd_run(int argc, char **argv) {
         }
         else if (sp_arg_is(&a, "--ngram-min")) { if (!sp_arg_int(&a, 1, 64, &dopts.ngram_min)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--ngram-max")) { if (!sp_arg_int(&a, 1, 64, &dopts.ngram_max)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--suffix-factor")) { if (!sp_arg_float(&a, 0.01, 64, &dopts.suffix_factor)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--suffix-min-prob")) { if (!sp_arg_float(&a, 1e-4, 1, &dopts.suffix_min_prob)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--suffix-max-depth")) { if (!sp_arg_int(&a, 4, 512, &dopts.suffix_max_depth)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--seed")) { if (!sp_arg_u64(&a, &sp.seed)) return SP_EXIT_USAGE; seed_set = true; }
         else if (sp_arg_is(&a, "--stop")) {
             const char *s;
