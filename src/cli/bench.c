@@ -262,6 +262,26 @@ static json_t *agg_json(const agg *a, const bench_opts *o) {
  * Verification cost
  * ------------------------------------------------------------------------- */
 
+typedef struct peak_job { double gmacs[64]; } peak_job;
+static void peak_worker(void *ctx, int ith, int nth) {
+    (void)nth;
+    ((peak_job *)ctx)->gmacs[ith & 63] = sp_kernels_peak_gmacs(0.3);
+}
+
+/* Multiply-accumulates of one row through every weight matrix. */
+static double macs_per_row(const sp_model *m) {
+    double s = (double)m->output.n_in * (double)m->output.n_out;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const sp_layer *L = &m->layers[il];
+        const sp_matrix *w[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        for (int i = 0; i < 7; i++) s += (double)w[i]->n_in * (double)w[i]->n_out;
+    }
+    return s;
+}
+
+/* t(K)/t(1) for K = 1..16, plus the machine figures the kernels are judged
+ * against: read bandwidth and the decode limit it implies, and the peak
+ * int8 MAC rate against what windows of 8..16 rows achieve. */
 static int verify_cost(const char **models, int n_models, const sp_engine_opts *eo) {
     static const char *defaults[] = { "smollm2-135m", "gemma3-270m" };
     if (!n_models) { models = defaults; n_models = 2; }
@@ -277,7 +297,21 @@ static int verify_cost(const char **models, int n_models, const sp_engine_opts *
             fprintf(stderr, "specula bench: %s\n", err.msg);
             return SP_EXIT_FAIL;
         }
-        printf("# verify cost: %s, %d threads, median of 5, after a 32-token context\n", e.model->name, e.threads);
+        const double gbps = sp_kernels_read_gbps(e.pool, (size_t)512 << 20);
+        peak_job pj = { { 0 } };
+        sp_pool_run(e.pool, peak_worker, &pj);
+        double peak = 0;
+        for (int t = 0; t < e.threads && t < 64; t++) peak += pj.gmacs[t];
+        const double bpt = (double)sp_model_bytes_per_token(e.model), macs = macs_per_row(e.model);
+        printf("# verify cost: %s, %d threads, kernels %s, median of 5, after a 32-token context\n",
+               e.model->name, e.threads, sp_kernels_describe());
+        printf("# read bandwidth %.1f GB/s; weights read per token %.1f MB; bandwidth limit %.1f tok/s; "
+               "1-row forward %.1f tok/s = %.0f%% of the limit\n", gbps, bpt / 1e6, gbps * 1e9 / bpt,
+               1.0 / c.t[1], 100.0 / c.t[1] / (gbps * 1e9 / bpt));
+        printf("# peak int8 MAC rate %.1f GMAC/s (%d threads); windows: ", peak, e.threads);
+        for (int k = 8; k <= 16; k += 4)
+            printf("K=%d %.1f GMAC/s (%.0f%%)%s", k, macs * k / c.t[k] / 1e9, 100.0 * macs * k / c.t[k] / 1e9 / peak,
+                   k < 16 ? ", " : "\n");
         printf("# K ratio (t(K)/t(1)); t(1) = %.2f ms\n", c.t[1] * 1e3);
         for (int k = 1; k <= 16; k++) printf("%d %.3f\n", k, c.t[k] / c.t[1]);
         sp_engine_close(&e);

@@ -49,6 +49,9 @@ const char *sp_kernels_describe(void);
  * on 8 independent chains; scalar: the portable int8 loop).  For
  * benchmarks: the kernels' achieved MAC rate is quoted against it. */
 double sp_kernels_peak_gmacs(double seconds);
+/* Read bandwidth of a buffer of `bytes` (large: beyond the caches), GB/s,
+ * read by all threads of the pool, best of 4 (probe.c). */
+double sp_kernels_read_gbps(sp_pool *pool, size_t bytes);
 
 /* ------------------------------------------------------------------------
  * Block formats (quant.c)
