@@ -15,16 +15,17 @@
 
 static inline float sp_attn_f16_round(float x) { return sp_f16_to_f32(sp_f32_to_f16(x)); }
 
-/* Keys are taken in position order and each score is summed over d in
- * order, so a row's output depends only on its own query and the cache. */
-void sp_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v, size_t stride,
-                  int head_dim, int lo, int hi, float scale, float *scores) {
-    SP_KDISPATCH(attn_head, out, q, k, v, stride, head_dim, lo, hi, scale, scores);
-    const int n = hi - lo;
+/* One head over the keys at slots idx[0..n) (idx NULL: slots lo..lo+n-1),
+ * in that order: each score is summed over d in order, then the softmax,
+ * then the values weighted key by key.  A row's output depends only on its
+ * query and the keys it is given, so a key list that equals a range gives
+ * the range's result bit for bit. */
+static void attn_core(float *out, const float *q, const sp_f16 *k, const sp_f16 *v, size_t stride,
+                      int head_dim, int lo, const int32_t *idx, int n, float scale, float *scores) {
     /* out holds the F16-rounded query until the scores are done (out may be q). */
     for (int d = 0; d < head_dim; d++) out[d] = sp_attn_f16_round(q[d]);
     for (int j = 0; j < n; j++) {
-        const sp_f16 *kj = k + (size_t)(lo + j) * stride;
+        const sp_f16 *kj = k + (size_t)(idx ? idx[j] : lo + j) * stride;
         float s = 0.0f;
         for (int d = 0; d < head_dim; d++) s += out[d] * sp_f16_to_f32(kj[d]);
         scores[j] = s * scale;
@@ -32,10 +33,16 @@ void sp_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v, 
     sp_softmax(scores, n);
     memset(out, 0, (size_t)head_dim * sizeof(float));
     for (int j = 0; j < n; j++) {
-        const sp_f16 *vj = v + (size_t)(lo + j) * stride;
+        const sp_f16 *vj = v + (size_t)(idx ? idx[j] : lo + j) * stride;
         const float p = sp_attn_f16_round(scores[j]);
         for (int d = 0; d < head_dim; d++) out[d] += p * sp_f16_to_f32(vj[d]);
     }
+}
+
+void sp_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v, size_t stride,
+                  int head_dim, int lo, int hi, float scale, float *scores) {
+    SP_KDISPATCH(attn_head, out, q, k, v, stride, head_dim, lo, hi, scale, scores);
+    attn_core(out, q, k, v, stride, head_dim, lo, NULL, hi - lo, scale, scores);
 }
 
 /* Portable: one head after the other (the SIMD table shares the pass). */
@@ -44,6 +51,16 @@ void sp_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, const s
     SP_KDISPATCH(attn_heads, out, q, n_q, k, v, stride, head_dim, lo, hi, scale, scores);
     for (int h = 0; h < n_q; h++) {
         const size_t off = (size_t)h * (size_t)head_dim;
-        sp_attn_head(out + off, q + off, k, v, stride, head_dim, lo, hi, scale, scores);
+        attn_core(out + off, q + off, k, v, stride, head_dim, lo, NULL, hi - lo, scale, scores);
+    }
+}
+
+void sp_attn_heads_idx(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                       size_t stride, int head_dim, const int32_t *idx, int n, float scale,
+                       float *scores) {
+    SP_KDISPATCH(attn_heads_idx, out, q, n_q, k, v, stride, head_dim, idx, n, scale, scores);
+    for (int h = 0; h < n_q; h++) {
+        const size_t off = (size_t)h * (size_t)head_dim;
+        attn_core(out + off, q + off, k, v, stride, head_dim, 0, idx, n, scale, scores);
     }
 }

@@ -29,6 +29,7 @@ const sp_kfuncs sp_kfuncs_avx2 = {
     .vec_scale = sp_avx2_vec_scale,
     .attn_head = sp_avx2_attn_head,
     .attn_heads = sp_avx2_attn_heads,
+    .attn_heads_idx = sp_avx2_attn_heads_idx,
 };
 #endif
 

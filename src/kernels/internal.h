@@ -72,14 +72,14 @@ static inline void sp_q_kscales(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8
  * Prepared activations of the SIMD matmul ("split" layout)
  *
  * The SIMD path quantizes each activation row to the same values as
- * sp_quantize_row(sp_act_type(wtype)) — bit for bit, a test checks it — but
+ * sp_quantize_act_row(sp_act_type(wtype)) — bit for bit, a test checks it — but
  * stores them split by field so the kernels load aligned vectors and never
  * convert an fp16 scale in the inner loop.  One prepared row, at a 64-byte
  * aligned address, holds:
  *   Q8_0:  int8 q[n] | float d[nb]                       (nb = n / 32)
  *   Q8_1:  int8 q[n] | float d[nb] | float s[nb]          (s = fp16(d*sum q))
  *   Q8_K:  int8 q[n] | float d[nb] | int16 bsums[16 nb]  (nb = n / 256)
- *   F16:   float x[n] rounded through fp16 (the values sp_quantize_row(F16)
+ *   F16:   float x[n] rounded through fp16 (the values sp_quantize_act_row(F16)
  *          gives, widened back)
  *   F32:   float x[n]
  * d of Q8_0/Q8_1 is the fp16-rounded scale (the value the block stores).
@@ -156,6 +156,9 @@ typedef struct sp_kfuncs {
                       size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
     void (*attn_heads)(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
                        size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
+    void (*attn_heads_idx)(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                           size_t stride, int head_dim, const int32_t *idx, int n, float scale,
+                           float *scores);
 } sp_kfuncs;
 
 /* ops.c: GELU(tanh) of x as llama.cpp's CPU backend evaluates it (through
@@ -194,6 +197,9 @@ void sp_avx2_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16
                        size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
 void sp_avx2_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
                         size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
+void sp_avx2_attn_heads_idx(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                            size_t stride, int head_dim, const int32_t *idx, int n, float scale,
+                            float *scores);
 /* y = exp(x) with the vectorised exp of the SIMD ops (for its test). */
 void sp_avx2_exp_row(float *y, const float *x, int n);
 #endif

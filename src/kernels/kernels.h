@@ -30,7 +30,8 @@
  * "avx2" or "auto").  The SIMD results may differ from the portable ones
  * within float rounding (other summation orders), but each level on its
  * own keeps every guarantee of this header, batch invariance included.
- * sp_vec_dot and sp_quantize_row are always the portable reference.
+ * sp_vec_dot, sp_quantize_row and sp_quantize_act_row are always the
+ * portable reference.
  * ---------------------------------------------------------------------- */
 typedef enum sp_simd { SP_SIMD_SCALAR = 0, SP_SIMD_AVX2 = 1 } sp_simd;
 
@@ -67,10 +68,20 @@ const char *sp_kernel_supported_list(void);
 /* The type activations are quantized to before a dot with weights of type t. */
 uint32_t sp_act_type(uint32_t wtype);
 
-/* Converts n floats (n a multiple of the block size) to blocks of type t.
- * Supported t: every activation type above, plus Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
- * (for `specula quantize`). */
+/* Converts n floats (n a multiple of the block size) to blocks of type t
+ * with ggml's reference quantizers (quantize_row_*_ref): the bytes
+ * llama.cpp writes into a GGUF file, so this is the one for weights
+ * (`specula quantize`).  Supported t: F32, F16, BF16, Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q8_0, Q8_1, Q8_K. */
 void sp_quantize_row(uint32_t t, const float *x, void *dst, int64_t n);
+/* Converts an activation row to the activation type t as the matmul does
+ * (the portable path stores exactly these blocks; the SIMD path the same
+ * values in its own layout): the bytes llama.cpp's x86 CPU backend gives.
+ * Supported t: F32, F16, BF16, Q8_0, Q8_1, Q8_K.  Differs from
+ * sp_quantize_row only for Q8_0/Q8_1, where it scales by 127 / absmax and
+ * rounds halves to even (llama.cpp's AVX2 quantizer) instead of dividing
+ * by absmax / 127 and rounding halves away from zero (the reference). */
+void sp_quantize_act_row(uint32_t t, const float *x, void *dst, int64_t n);
 /* Converts n elements of blocks of type t to floats. */
 void sp_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n);
 /* Dot product of a weight row of type wtype with an activation row already
@@ -138,5 +149,12 @@ void sp_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v, 
  * (loads and F16 conversions), so callers may group heads as they like. */
 void sp_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
                    size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
+/* As sp_attn_heads over an explicit list of key slots idx[0..n) (any
+ * order, e.g. a cached prefix then the ancestors of a node in a draft
+ * tree).  A list equal to lo..hi-1 gives sp_attn_heads's result bit for
+ * bit; scores needs n_q * n floats. */
+void sp_attn_heads_idx(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                       size_t stride, int head_dim, const int32_t *idx, int n, float scale,
+                       float *scores);
 
 #endif /* SP_KERNELS_H */

@@ -227,15 +227,16 @@ SP_AI __m256 sp_o_ld_h(const sp_f16 *p, int k) {
 /* Scores of NQ heads (queries hd apart) against keys j0 .. j0 + J - 1:
  * each (head, key) is its own 8-lane sum over d in order, then hsum and
  * the scale; head h's scores are n apart.  Constants NQ, J after inlining. */
-SP_AI void sp_o_qk(const float *q, const sp_f16 *k0, size_t stride, int hd, float scale,
-                   float *scores, int n, int j0, const int NQ, const int J) {
+SP_AI void sp_o_qk(const float *q, const sp_f16 *k0, const int32_t *idx, size_t stride, int hd,
+                   float scale, float *scores, int n, int j0, const int NQ, const int J) {
     __m256 a[8][4];
     SP_O_UNROLL(8) for (int h = 0; h < NQ; h++)
         SP_O_UNROLL(4) for (int j = 0; j < J; j++) a[h][j] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d += 8) {
         const int c = hd - d < 8 ? hd - d : 8;
         __m256 kv[4];
-        SP_O_UNROLL(4) for (int j = 0; j < J; j++) kv[j] = sp_o_ld_h(k0 + (size_t)(j0 + j) * stride + d, c);
+        SP_O_UNROLL(4) for (int j = 0; j < J; j++)
+            kv[j] = sp_o_ld_h(k0 + (size_t)(idx ? idx[j0 + j] : j0 + j) * stride + d, c);
         SP_O_UNROLL(8) for (int h = 0; h < NQ; h++) {
             const __m256 qv = c == 8 ? _mm256_loadu_ps(q + (size_t)h * hd + d) : sp_o_ld_tail(q + (size_t)h * hd + d, c);
             SP_O_UNROLL(4) for (int j = 0; j < J; j++) a[h][j] = _mm256_fmadd_ps(qv, kv[j], a[h][j]);
@@ -247,14 +248,14 @@ SP_AI void sp_o_qk(const float *q, const sp_f16 *k0, size_t stride, int hd, floa
 
 /* out[h][d] = sum_j p[h][j] v_j[d], keys in order, for NQ heads; 8 * DV
  * dims at a time.  Constants NQ, DV after inlining. */
-SP_AI void sp_o_pv(float *out, const float *p, int n, const sp_f16 *v0, size_t stride, int hd,
-                   const int NQ, const int DV) {
+SP_AI void sp_o_pv(float *out, const float *p, int n, const sp_f16 *v0, const int32_t *idx,
+                   size_t stride, int hd, const int NQ, const int DV) {
     for (int d0 = 0; d0 < hd; d0 += 8 * DV) {
         __m256 a[8][8];
         SP_O_UNROLL(8) for (int h = 0; h < NQ; h++)
             SP_O_UNROLL(8) for (int i = 0; i < DV; i++) a[h][i] = _mm256_setzero_ps();
         for (int j = 0; j < n; j++) {
-            const sp_f16 *vj = v0 + (size_t)j * stride + d0;
+            const sp_f16 *vj = v0 + (size_t)(idx ? idx[j] : j) * stride + d0;
             __m256 vv[8];
             SP_O_UNROLL(8) for (int i = 0; i < DV; i++) {
                 const int c = hd - d0 - 8 * i;
@@ -293,45 +294,58 @@ static void sp_o_f16_round(float *y, const float *x, int n) {
  * their F16 conversions: every head's operations are those it would do
  * alone (J keys / DV vectors at a time never mix heads). */
 SP_AI void sp_o_attn_group(float *out, const float *q, const sp_f16 *k, const sp_f16 *v, size_t stride,
-                           int hd, int lo, int hi, float scale, float *scores, const int NQ) {
+                           int hd, int lo, int hi, const int32_t *idx, float scale, float *scores,
+                           const int NQ) {
     const int n = hi - lo;
     const int J = NQ <= 2 ? 4 : (NQ <= 4 ? 2 : 1);
     const int DV = NQ == 1 ? 8 : (NQ == 2 ? 4 : (NQ <= 4 ? 2 : 1));
     /* out holds the F16-rounded queries until the scores are done (out may be q). */
     sp_o_f16_round(out, q, NQ * hd);
-    const sp_f16 *k0 = k + (size_t)lo * stride;
+    const sp_f16 *k0 = idx ? k : k + (size_t)lo * stride;
     int j = 0;
-    for (; j + J <= n; j += J) sp_o_qk(out, k0, stride, hd, scale, scores, n, j, NQ, J);
-    for (; j < n; j++) sp_o_qk(out, k0, stride, hd, scale, scores, n, j, NQ, 1);
+    for (; j + J <= n; j += J) sp_o_qk(out, k0, idx, stride, hd, scale, scores, n, j, NQ, J);
+    for (; j < n; j++) sp_o_qk(out, k0, idx, stride, hd, scale, scores, n, j, NQ, 1);
     for (int h = 0; h < NQ; h++) {
         sp_avx2_softmax(scores + (size_t)h * n, n);
         sp_o_f16_round(scores + (size_t)h * n, scores + (size_t)h * n, n);
     }
-    sp_o_pv(out, scores, n, v + (size_t)lo * stride, stride, hd, NQ, DV);
+    sp_o_pv(out, scores, n, idx ? v : v + (size_t)lo * stride, idx, stride, hd, NQ, DV);
 }
 
-void sp_avx2_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
-                        size_t stride, int head_dim, int lo, int hi, float scale, float *scores) {
+static void sp_o_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                            size_t stride, int head_dim, int lo, int hi, const int32_t *idx,
+                            float scale, float *scores) {
     for (int h0 = 0; h0 < n_q; h0 += 8) {
         const size_t off = (size_t)h0 * head_dim;
         float *o = out + off, *sc = scores + (size_t)h0 * (size_t)(hi - lo);
         const float *qh = q + off;
         switch (n_q - h0 < 8 ? n_q - h0 : 8) {
-        case 1: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 1); break;
-        case 2: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 2); break;
-        case 3: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 3); break;
-        case 4: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 4); break;
-        case 5: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 5); break;
-        case 6: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 6); break;
-        case 7: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 7); break;
-        default: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, scale, sc, 8); break;
+        case 1: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 1); break;
+        case 2: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 2); break;
+        case 3: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 3); break;
+        case 4: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 4); break;
+        case 5: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 5); break;
+        case 6: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 6); break;
+        case 7: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 7); break;
+        default: sp_o_attn_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 8); break;
         }
     }
 }
 
+void sp_avx2_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                        size_t stride, int head_dim, int lo, int hi, float scale, float *scores) {
+    sp_o_attn_heads(out, q, n_q, k, v, stride, head_dim, lo, hi, NULL, scale, scores);
+}
+
+void sp_avx2_attn_heads_idx(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                            size_t stride, int head_dim, const int32_t *idx, int n, float scale,
+                            float *scores) {
+    sp_o_attn_heads(out, q, n_q, k, v, stride, head_dim, 0, n, idx, scale, scores);
+}
+
 void sp_avx2_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v,
                        size_t stride, int head_dim, int lo, int hi, float scale, float *scores) {
-    sp_o_attn_group(out, q, k, v, stride, head_dim, lo, hi, scale, scores, 1);
+    sp_o_attn_group(out, q, k, v, stride, head_dim, lo, hi, NULL, scale, scores, 1);
 }
 
 #if defined(__clang__)

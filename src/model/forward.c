@@ -23,8 +23,21 @@ struct sp_workspace {
     void *act;              /* quantized activations for sp_matmul */
     float *rope_cs;         /* (n_rot) RoPE cos/sin table of one row */
     float *scores;          /* (n_threads, scores_cap) attention scratch */
+    int32_t *keys;          /* (n_threads, scores_cap) key slots of a tree row */
     int scores_cap;
+    struct fwd_row *rows;   /* (max_rows) where each row of a chunk belongs */
 };
+
+/* One row of a pass: which cache it reads and writes, where. */
+typedef struct fwd_row {
+    sp_kv *kv;
+    int slot;               /* cache slot of the row's K/V */
+    int pos;                /* RoPE position */
+    int base;               /* first slot of the row's window (cache length before the pass) */
+    const int32_t *parent;  /* tree rows: parents within the window; NULL = chain */
+    int wi;                 /* index in the window */
+    float *logits;          /* where this row's logits go, or NULL */
+} fwd_row;
 
 /* ----------------------------------------------------------------------------
  * Workspace
@@ -61,14 +74,16 @@ sp_workspace *sp_workspace_create(const sp_model *m, int max_rows, sp_pool *pool
     ws->hb2 = sp_alloc_aligned(R * hp->n_ff * sizeof(float));
     ws->act = sp_alloc_aligned(max_scratch(m, max_rows));
     ws->rope_cs = sp_alloc_aligned((size_t)hp->n_rot * sizeof(float));
+    ws->rows = sp_xcalloc(R, sizeof *ws->rows);
     return ws;
 }
 
 void sp_workspace_free(sp_workspace *ws) {
     if (!ws) return;
     void *bufs[] = { ws->x, ws->xb, ws->xb2, ws->q, ws->att, ws->k, ws->v, ws->hb, ws->hb2,
-                     ws->act, ws->rope_cs, ws->scores };
+                     ws->act, ws->rope_cs, ws->scores, ws->keys };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) sp_free_aligned(bufs[i]);
+    free(ws->rows);
     free(ws);
 }
 
@@ -78,7 +93,9 @@ static void ensure_scores(sp_workspace *ws, const sp_hparams *hp, int n_ctx) {
     if (ws->scores_cap >= n_ctx) return;
     const size_t group = (size_t)(hp->n_head / hp->n_head_kv);
     sp_free_aligned(ws->scores);
+    sp_free_aligned(ws->keys);
     ws->scores = sp_alloc_aligned((size_t)sp_pool_size(ws->pool) * group * (size_t)n_ctx * sizeof(float));
+    ws->keys = sp_alloc_aligned((size_t)sp_pool_size(ws->pool) * (size_t)n_ctx * sizeof(int32_t));
     ws->scores_cap = n_ctx;
 }
 
@@ -102,22 +119,48 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int 
     for (int i = 0; i < n; i++) sp_rmsnorm(out + (size_t)i * d, x + (size_t)i * d, w, d, eps);
 }
 
-/* Stores the new rows' K and V (positions pos0..pos0+n-1) in the cache. */
-static void kv_store(sp_kv *kv, int il, int pos0, int n, const float *k, const float *v) {
-    const size_t kvd = (size_t)kv->kv_dim;
-    sp_f16 *kc = kv->k + ((size_t)il * kv->n_ctx + (size_t)pos0) * kvd;
-    sp_f16 *vc = kv->v + ((size_t)il * kv->n_ctx + (size_t)pos0) * kvd;
-    for (size_t i = 0; i < (size_t)n * kvd; i++) {
-        kc[i] = sp_f32_to_f16(k[i]);
-        vc[i] = sp_f32_to_f16(v[i]);
+/* Stores each row's K and V at its slot of its cache. */
+static void kv_store(const fwd_row *rows, int il, int n, const float *k, const float *v) {
+    for (int i = 0; i < n; i++) {
+        const sp_kv *kv = rows[i].kv;
+        const size_t kvd = (size_t)kv->kv_dim, off = ((size_t)il * kv->n_ctx + (size_t)rows[i].slot) * kvd;
+        for (size_t e = 0; e < kvd; e++) {
+            kv->k[off + e] = sp_f32_to_f16(k[(size_t)i * kvd + e]);
+            kv->v[off + e] = sp_f32_to_f16(v[(size_t)i * kvd + e]);
+        }
     }
+}
+
+/* The key slots a tree row attends, in ascending order: the cached prefix
+ * inside the sliding window, its ancestors in the window, itself.  For a
+ * node on the path the target later keeps, these are exactly the slots
+ * plain decoding would attend at that position, in the same order. */
+static int tree_keys(const fwd_row *r, int window, int32_t *keys) {
+    int first = 0;
+    if (window && r->pos - window + 1 > 0) first = r->pos - window + 1;
+    int n = 0;
+    for (int s = first; s < r->base; s++) keys[n++] = s;
+    /* ancestors, collected leaf-up then reversed (parents precede children) */
+    int anc = n;
+    for (int a = r->parent[r->wi]; a >= 0; a = r->parent[a]) keys[n++] = r->base + a;
+    for (int i = anc, j = n - 1; i < j; i++, j--) { int32_t t = keys[i]; keys[i] = keys[j]; keys[j] = t; }
+    keys[n++] = r->slot;
+    /* with a window, ancestors older than it drop out (positions = base + depth) */
+    if (window) {
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            int kpos = keys[i] < r->base ? keys[i] : r->pos - (n - 1 - i);
+            if (r->pos - kpos < window) keys[m++] = keys[i];
+        }
+        n = m;
+    }
+    return n;
 }
 
 typedef struct {
     const sp_hparams *hp;
-    const sp_kv *kv;
     sp_workspace *ws;
-    int il, pos0, n;
+    int il, n;
     bool swa;
     float scale;
 } attn_job;
@@ -131,10 +174,9 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const attn_job *j = ctx;
     const sp_hparams *hp = j->hp;
     const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const size_t qd = (size_t)hp->n_head * hd, kvd = (size_t)j->kv->kv_dim;
-    const sp_f16 *kl = j->kv->k + (size_t)j->il * j->kv->n_ctx * kvd;
-    const sp_f16 *vl = j->kv->v + (size_t)j->il * j->kv->n_ctx * kvd;
+    const size_t qd = (size_t)hp->n_head * hd;
     float *scores = j->ws->scores + (size_t)ith * (size_t)group * j->ws->scores_cap;
+    int32_t *keys = j->ws->keys + (size_t)ith * j->ws->scores_cap;
     const int per_row = j->n * hp->n_head_kv;
     int parts = (2 * nth + per_row - 1) / per_row;
     parts = parts < 1 ? 1 : (parts > group ? group : parts);
@@ -146,26 +188,34 @@ static void attn_worker(void *ctx, int ith, int nth) {
         const int kvh = rem / parts, h0 = kvh * group + (rem % parts) * hpp;
         const int nh = h0 + hpp <= (kvh + 1) * group ? hpp : (kvh + 1) * group - h0;
         if (nh <= 0) continue;
-        const int pos = j->pos0 + i;
-        int first = 0;
-        if (j->swa && pos - hp->swa_window + 1 > 0) first = pos - hp->swa_window + 1;
-        sp_attn_heads(j->ws->att + i * qd + (size_t)h0 * hd, j->ws->q + i * qd + (size_t)h0 * hd, nh,
-                      kl + (size_t)kvh * hd, vl + (size_t)kvh * hd, kvd, hd, first, pos + 1, j->scale,
-                      scores);
+        const fwd_row *r = &j->ws->rows[i];
+        const size_t kvd = (size_t)r->kv->kv_dim;
+        const sp_f16 *kl = r->kv->k + (size_t)j->il * r->kv->n_ctx * kvd + (size_t)kvh * hd;
+        const sp_f16 *vl = r->kv->v + (size_t)j->il * r->kv->n_ctx * kvd + (size_t)kvh * hd;
+        float *out = j->ws->att + i * qd + (size_t)h0 * hd;
+        const float *q = j->ws->q + i * qd + (size_t)h0 * hd;
+        const int window = j->swa ? hp->swa_window : 0;
+        if (r->parent) {
+            int nk = tree_keys(r, window, keys);
+            sp_attn_heads_idx(out, q, nh, kl, vl, kvd, hd, keys, nk, j->scale, scores);
+        } else {
+            int first = 0;
+            if (window && r->pos - window + 1 > 0) first = r->pos - window + 1;
+            sp_attn_heads(out, q, nh, kl, vl, kvd, hd, first, r->slot + 1, j->scale, scores);
+        }
     }
 }
 
-static void attention(const sp_model *m, sp_kv *kv, sp_workspace *ws, int il, int pos0, int n,
-                      bool swa, float scale) {
-    attn_job j = { &m->hp, kv, ws, il, pos0, n, swa, scale };
+static void attention(const sp_model *m, sp_workspace *ws, int il, int n, bool swa, float scale) {
+    attn_job j = { &m->hp, ws, il, n, swa, scale };
     sp_pool_run(ws->pool, attn_worker, &j);
 }
 
 /* RoPE on the query and key heads of n rows: one cos/sin table per row. */
-static void rope_rows(const sp_hparams *hp, sp_workspace *ws, int n, int pos0, float base) {
+static void rope_rows(const sp_hparams *hp, sp_workspace *ws, int n, float base) {
     const size_t hd = (size_t)hp->head_dim;
     for (int i = 0; i < n; i++) {
-        sp_rope_table(ws->rope_cs, hp->n_rot, pos0 + i, base);
+        sp_rope_table(ws->rope_cs, hp->n_rot, ws->rows[i].pos, base);
         for (int h = 0; h < hp->n_head; h++)
             sp_rope_apply(ws->q + ((size_t)i * hp->n_head + h) * hd, ws->rope_cs, hp->n_rot, hp->rope_neox);
         for (int h = 0; h < hp->n_head_kv; h++)
@@ -173,21 +223,28 @@ static void rope_rows(const sp_hparams *hp, sp_workspace *ws, int n, int pos0, f
     }
 }
 
-/* Final norm and LM head for rows [first, first + n) of the chunk. */
-static void lm_head(const sp_model *m, sp_workspace *ws, int first, int n, float *logits) {
+/* Final norm and LM head for the rows that want logits.  Runs of rows whose
+ * destinations are consecutive go through one matmul written in place. */
+static void lm_head(const sp_model *m, sp_workspace *ws, int n) {
     const int d = m->hp.n_embd;
-    rmsnorm_rows(ws->xb, ws->x + (size_t)first * d, m->out_norm, n, d, m->hp.rms_eps);
-    matmul(ws, &m->output, ws->xb, n, logits);
+    const size_t V = (size_t)m->hp.n_vocab;
+    for (int i = 0; i < n;) {
+        if (!ws->rows[i].logits) { i++; continue; }
+        int e = i + 1;
+        while (e < n && ws->rows[e].logits && ws->rows[e].logits == ws->rows[e - 1].logits + V) e++;
+        rmsnorm_rows(ws->xb, ws->x + (size_t)i * d, m->out_norm, e - i, d, m->hp.rms_eps);
+        matmul(ws, &m->output, ws->xb, e - i, ws->rows[i].logits);
+        i = e;
+    }
 }
 
 /* ----------------------------------------------------------------------------
  * llama (SmolLM2): pre-norm blocks, GQA attention with RoPE on pairs,
  * SwiGLU feed-forward.
  * ------------------------------------------------------------------------- */
-static void forward_llama(const sp_model *m, sp_kv *kv, sp_workspace *ws, const int32_t *tokens,
-                          int n) {
+static void forward_llama(const sp_model *m, sp_workspace *ws, const int32_t *tokens, int n) {
     const sp_hparams *hp = &m->hp;
-    const int d = hp->n_embd, pos0 = kv->n;
+    const int d = hp->n_embd;
     embed(m, tokens, n, ws->x);
     for (int il = 0; il < hp->n_layer; il++) {
         const sp_layer *L = &m->layers[il];
@@ -196,9 +253,9 @@ static void forward_llama(const sp_model *m, sp_kv *kv, sp_workspace *ws, const 
         matmul(ws, &L->wq, ws->xb, n, ws->q);
         matmul(ws, &L->wk, ws->xb, n, ws->k);
         matmul(ws, &L->wv, ws->xb, n, ws->v);
-        rope_rows(hp, ws, n, pos0, L->rope_base);
-        kv_store(kv, il, pos0, n, ws->k, ws->v);
-        attention(m, kv, ws, il, pos0, n, false, hp->attn_scale);
+        rope_rows(hp, ws, n, L->rope_base);
+        kv_store(ws->rows, il, n, ws->k, ws->v);
+        attention(m, ws, il, n, false, hp->attn_scale);
         matmul(ws, &L->wo, ws->att, n, ws->xb2);
         sp_vec_add(ws->x, ws->xb2, n * d);
         /* feed-forward */
@@ -217,10 +274,9 @@ static void forward_llama(const sp_model *m, sp_kv *kv, sp_workspace *ws, const 
  * halves with a local base on sliding-window layers (5 of every 6) and a
  * global base on the rest; queries scaled before the dot product; GeGLU.
  * ------------------------------------------------------------------------- */
-static void forward_gemma3(const sp_model *m, sp_kv *kv, sp_workspace *ws, const int32_t *tokens,
-                           int n) {
+static void forward_gemma3(const sp_model *m, sp_workspace *ws, const int32_t *tokens, int n) {
     const sp_hparams *hp = &m->hp;
-    const int d = hp->n_embd, hd = hp->head_dim, pos0 = kv->n;
+    const int d = hp->n_embd, hd = hp->head_dim;
     const int qd = hp->n_head * hd;
     embed(m, tokens, n, ws->x);
     for (int il = 0; il < hp->n_layer; il++) {
@@ -232,10 +288,10 @@ static void forward_gemma3(const sp_model *m, sp_kv *kv, sp_workspace *ws, const
         matmul(ws, &L->wv, ws->xb, n, ws->v);
         rmsnorm_rows(ws->q, ws->q, L->q_norm, n * hp->n_head, hd, hp->rms_eps);
         rmsnorm_rows(ws->k, ws->k, L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps);
-        rope_rows(hp, ws, n, pos0, L->rope_base);
+        rope_rows(hp, ws, n, L->rope_base);
         sp_vec_scale(ws->q, hp->attn_scale, n * qd);
-        kv_store(kv, il, pos0, n, ws->k, ws->v);
-        attention(m, kv, ws, il, pos0, n, L->swa, 1.0f);
+        kv_store(ws->rows, il, n, ws->k, ws->v);
+        attention(m, ws, il, n, L->swa, 1.0f);
         matmul(ws, &L->wo, ws->att, n, ws->xb2);
         rmsnorm_rows(ws->xb2, ws->xb2, L->post_attn_norm, n, d, hp->rms_eps);
         sp_vec_add(ws->x, ws->xb2, n * d);
@@ -251,29 +307,72 @@ static void forward_gemma3(const sp_model *m, sp_kv *kv, sp_workspace *ws, const
 }
 
 /* ----------------------------------------------------------------------------
- * Entry point
+ * Entry points
  * ------------------------------------------------------------------------- */
-int sp_model_forward(const sp_model *m, sp_kv *kv, sp_workspace *ws, const int32_t *tokens,
-                     int n, sp_logits_mode mode, float *logits, sp_err *err) {
-    if (n <= 0) return sp_err_set(err, "forward: empty input");
-    if (mode != SP_LOGITS_NONE && !logits) return sp_err_set(err, "forward: no logits buffer");
-    if (n > kv->n_ctx - kv->n)
-        return sp_err_set(err, "forward: context full (%d + %d tokens > context size %d)", kv->n,
-                          n, kv->n_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
-            return sp_err_set(err, "forward: token id %d out of range [0, %d)", tokens[i],
+
+static int check_seq(const sp_model *m, const sp_fwd_seq *q, sp_err *err) {
+    if (q->n <= 0) return sp_err_set(err, "forward: empty input");
+    if (q->parent && q->n > 4096) return sp_err_set(err, "forward: a tree window has at most 4096 rows");
+    if (q->mode != SP_LOGITS_NONE && !q->logits) return sp_err_set(err, "forward: no logits buffer");
+    if (q->n > q->kv->n_ctx - q->kv->n)
+        return sp_err_set(err, "forward: context full (%d + %d tokens > context size %d)", q->kv->n,
+                          q->n, q->kv->n_ctx);
+    for (int i = 0; i < q->n; i++) {
+        if (q->tokens[i] < 0 || q->tokens[i] >= m->hp.n_vocab)
+            return sp_err_set(err, "forward: token id %d out of range [0, %d)", q->tokens[i],
                               m->hp.n_vocab);
-    ensure_scores(ws, &m->hp, kv->n_ctx);
-    const size_t V = (size_t)m->hp.n_vocab;
-    for (int done = 0; done < n;) {
-        const int c = n - done < ws->max_rows ? n - done : ws->max_rows;
-        if (m->hp.arch == SP_ARCH_GEMMA3) forward_gemma3(m, kv, ws, tokens + done, c);
-        else forward_llama(m, kv, ws, tokens + done, c);
-        kv->n += c;
-        if (mode == SP_LOGITS_ALL) lm_head(m, ws, 0, c, logits + (size_t)done * V);
-        else if (mode == SP_LOGITS_LAST && done + c == n) lm_head(m, ws, c - 1, 1, logits);
-        done += c;
+        if (q->parent && (q->parent[i] < -1 || q->parent[i] >= i))
+            return sp_err_set(err, "forward: tree row %d has parent %d (must be -1 or an earlier row)",
+                              i, q->parent[i]);
     }
     return 0;
+}
+
+int sp_model_forward_batch(const sp_model *m, sp_workspace *ws, const sp_fwd_seq *seqs, int n_seqs,
+                           sp_err *err) {
+    if (n_seqs <= 0) return sp_err_set(err, "forward: no sequences");
+    int n_ctx = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        if (check_seq(m, &seqs[s], err)) return sp_err_prefix(err, "sequence %d", s);
+        for (int t = 0; t < s; t++)
+            if (seqs[t].kv == seqs[s].kv) return sp_err_set(err, "forward: sequences %d and %d share a cache", t, s);
+        if (seqs[s].kv->n_ctx > n_ctx) n_ctx = seqs[s].kv->n_ctx;
+    }
+    ensure_scores(ws, &m->hp, n_ctx);
+    const size_t V = (size_t)m->hp.n_vocab;
+    int32_t depth[4096];
+    int s = 0, i = 0;                     /* next row: sequence s, window row i */
+    while (s < n_seqs) {
+        /* fill a chunk with the next rows, across sequences */
+        int32_t chunk_tok[1024];
+        int c = 0;
+        const int cap = ws->max_rows < 1024 ? ws->max_rows : 1024;
+        while (c < cap && s < n_seqs) {
+            const sp_fwd_seq *q = &seqs[s];
+            fwd_row *r = &ws->rows[c];
+            const int wi = i;
+            if (q->parent && wi < 4096) depth[wi] = q->parent[wi] < 0 ? 0 : depth[q->parent[wi]] + 1;
+            r->kv = q->kv;
+            r->base = q->kv->n;
+            r->slot = r->base + wi;
+            r->pos = q->parent ? r->base + depth[wi] : r->slot;
+            r->parent = q->parent;
+            r->wi = wi;
+            r->logits = q->mode == SP_LOGITS_ALL ? q->logits + (size_t)wi * V
+                      : (q->mode == SP_LOGITS_LAST && wi == q->n - 1) ? q->logits : NULL;
+            chunk_tok[c++] = q->tokens[wi];
+            if (++i == q->n) { i = 0; s++; }
+        }
+        if (m->hp.arch == SP_ARCH_GEMMA3) forward_gemma3(m, ws, chunk_tok, c);
+        else forward_llama(m, ws, chunk_tok, c);
+        lm_head(m, ws, c);
+    }
+    for (int t = 0; t < n_seqs; t++) seqs[t].kv->n += seqs[t].n;
+    return 0;
+}
+
+int sp_model_forward(const sp_model *m, sp_kv *kv, sp_workspace *ws, const int32_t *tokens,
+                     int n, sp_logits_mode mode, float *logits, sp_err *err) {
+    sp_fwd_seq q = { .kv = kv, .tokens = tokens, .n = n, .mode = mode, .logits = logits };
+    return sp_model_forward_batch(m, ws, &q, 1, err);
 }

@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 
 sp_kv *sp_kv_create(const sp_model *m, int n_ctx) {
     sp_kv *kv = sp_xcalloc(1, sizeof *kv);
@@ -28,4 +29,21 @@ void sp_kv_free(sp_kv *kv) {
 void sp_kv_trim(sp_kv *kv, int n_keep) {
     assert(n_keep >= 0 && n_keep <= kv->n);
     kv->n = n_keep;
+}
+
+/* Rows move only towards lower slots (path[i] >= i since a node's index
+ * exceeds its parent's), so copying in path order never overwrites a row
+ * still to be moved. */
+void sp_kv_keep_path(sp_kv *kv, int base, const int32_t *path, int n_path) {
+    const size_t kvd = (size_t)kv->kv_dim;
+    for (int i = 0; i < n_path; i++) {
+        assert(path[i] >= i && base + path[i] < kv->n);
+        if (path[i] == i) continue;
+        for (int il = 0; il < kv->n_layer; il++) {
+            const size_t lo = (size_t)il * kv->n_ctx;
+            memcpy(kv->k + (lo + base + i) * kvd, kv->k + (lo + base + path[i]) * kvd, kvd * sizeof(sp_f16));
+            memcpy(kv->v + (lo + base + i) * kvd, kv->v + (lo + base + path[i]) * kvd, kvd * sizeof(sp_f16));
+        }
+    }
+    kv->n = base + n_path;
 }

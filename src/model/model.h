@@ -98,6 +98,11 @@ void sp_kv_free(sp_kv *kv);
 /* Keeps positions [0, n_keep); later positions are forgotten exactly (the
  * next forward overwrites them).  n_keep must be <= kv->n. */
 void sp_kv_trim(sp_kv *kv, int n_keep);
+/* After a tree pass of n rows from slot base: keeps rows path[0..n_path)
+ * (window indices, each the child of the one before, ascending) at slots
+ * base .. base + n_path - 1, where plain decoding would have put them, and
+ * sets kv->n = base + n_path. */
+void sp_kv_keep_path(sp_kv *kv, int base, const int32_t *path, int n_path);
 
 /* ------------------------------------------------------------------------
  * Forward pass.
@@ -116,6 +121,30 @@ typedef enum sp_logits_mode {
     SP_LOGITS_LAST = 1,          /* logits of the last token: (n_vocab) */
     SP_LOGITS_ALL = 2,           /* logits of every token: (n, n_vocab) */
 } sp_logits_mode;
+
+/* One sequence's part of a batched pass: rows appended to its cache at
+ * slots kv->n .. kv->n + n - 1.  A chain (parent NULL) puts row i at
+ * position kv->n + i, attending the cache and the rows before it.  A tree
+ * (parent[i] = an earlier row, or -1 for a row attached to the cache) puts
+ * row i at position kv->n + depth(i), attending the cache and its
+ * ancestors: the draft-tree verification mask.  After a tree pass the
+ * caller keeps one root-to-node path with sp_kv_keep_path. */
+typedef struct sp_fwd_seq {
+    sp_kv *kv;
+    const int32_t *tokens;       /* (n) borrowed */
+    int n;
+    const int32_t *parent;       /* (n) tree parents, NULL = chain; at most 4096 rows */
+    sp_logits_mode mode;
+    float *logits;               /* (n or 1, n_vocab) caller-owned */
+} sp_fwd_seq;
+
+/* Runs the rows of several sequences (each with its own cache; no cache
+ * twice) as one pass: the weight matrices are read once for all rows.
+ * Every row's arithmetic is independent of the others, so each sequence
+ * gets bit-identical results to running alone.  All caches advance by
+ * their n.  On error nothing is changed. */
+int sp_model_forward_batch(const sp_model *m, sp_workspace *ws, const sp_fwd_seq *seqs, int n_seqs,
+                           sp_err *err);
 
 /* Runs tokens[0..n) at positions kv->n .. kv->n + n - 1, appends their K/V
  * to the cache and writes logits as requested (caller-owned buffer).

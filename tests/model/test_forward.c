@@ -132,6 +132,105 @@ static void test_bad_input(void **state) {
     sp_workspace_free(ws);
 }
 
+
+/* Two sequences with their own caches in one pass give each exactly what
+ * it gets alone. */
+static void test_multi_sequence(void **state) {
+    fixture *f = *state;
+    const sp_model *m = f->m;
+    const int V = m->hp.n_vocab;
+    int32_t t[48];
+    tokens(t, 48, V);
+    sp_err err;
+    sp_workspace *ws = sp_workspace_create(m, 64, f->pool);
+    sp_kv *a = sp_kv_create(m, 64), *b = sp_kv_create(m, 64), *a1 = sp_kv_create(m, 64), *b1 = sp_kv_create(m, 64);
+    float *la = malloc((size_t)5 * V * sizeof(float)), *lb = malloc((size_t)V * sizeof(float));
+    float *ra = malloc((size_t)5 * V * sizeof(float)), *rb = malloc((size_t)V * sizeof(float));
+    assert_int_equal(sp_model_forward(m, a, ws, t, 10, SP_LOGITS_NONE, NULL, &err), 0);
+    assert_int_equal(sp_model_forward(m, b, ws, t + 20, 17, SP_LOGITS_NONE, NULL, &err), 0);
+    assert_int_equal(sp_model_forward(m, a1, ws, t, 10, SP_LOGITS_NONE, NULL, &err), 0);
+    assert_int_equal(sp_model_forward(m, b1, ws, t + 20, 17, SP_LOGITS_NONE, NULL, &err), 0);
+    sp_fwd_seq seqs[2] = {
+        { .kv = a, .tokens = t + 10, .n = 5, .mode = SP_LOGITS_ALL, .logits = la },
+        { .kv = b, .tokens = t + 37, .n = 3, .mode = SP_LOGITS_LAST, .logits = lb },
+    };
+    assert_int_equal(sp_model_forward_batch(m, ws, seqs, 2, &err), 0);
+    assert_int_equal(a->n, 15);
+    assert_int_equal(b->n, 20);
+    assert_int_equal(sp_model_forward(m, a1, ws, t + 10, 5, SP_LOGITS_ALL, ra, &err), 0);
+    assert_int_equal(sp_model_forward(m, b1, ws, t + 37, 3, SP_LOGITS_LAST, rb, &err), 0);
+    assert_memory_equal(la, ra, (size_t)5 * V * sizeof(float));
+    assert_memory_equal(lb, rb, (size_t)V * sizeof(float));
+    /* a cache may not appear twice in a pass */
+    seqs[1].kv = a;
+    assert_int_equal(sp_model_forward_batch(m, ws, seqs, 2, &err), -1);
+    assert_non_null(strstr(err.msg, "share a cache"));
+    sp_kv_free(a); sp_kv_free(b); sp_kv_free(a1); sp_kv_free(b1);
+    sp_workspace_free(ws);
+    free(la); free(lb); free(ra); free(rb);
+}
+
+/* A draft tree verified in one pass: every node's logits equal those of
+ * its root-to-node path run as a chain, and keeping one path leaves the
+ * cache exactly as plain decoding of that path would.  prefix sets the
+ * context length (Gemma: beyond its 512-token sliding window). */
+static void tree_check(fixture *f, int prefix) {
+    const sp_model *m = f->m;
+    const int V = m->hp.n_vocab;
+    int32_t *t = malloc((size_t)(prefix + 16) * sizeof(int32_t));
+    tokens(t, prefix + 16, V);
+    /*        0
+     *      /   \
+     *     1     4
+     *    / \    |
+     *   2   3   5 - 6      tokens: distinct ids from t[prefix..] */
+    const int32_t parent[7] = { -1, 0, 1, 1, 0, 4, 5 };
+    const int32_t *win = t + prefix;
+    sp_err err;
+    sp_workspace *ws = sp_workspace_create(m, 64, f->pool);
+    const int ctx = prefix + 16;
+    sp_kv *kv = sp_kv_create(m, ctx);
+    float *lt = malloc((size_t)7 * V * sizeof(float)), *lc = malloc((size_t)7 * V * sizeof(float));
+    assert_int_equal(sp_model_forward(m, kv, ws, t, prefix, SP_LOGITS_NONE, NULL, &err), 0);
+    sp_fwd_seq q = { .kv = kv, .tokens = win, .n = 7, .parent = parent, .mode = SP_LOGITS_ALL, .logits = lt };
+    assert_int_equal(sp_model_forward_batch(m, ws, &q, 1, &err), 0);
+    assert_int_equal(kv->n, prefix + 7);
+    const int32_t leaves[3][4] = { { 0, 1, 2, -1 }, { 0, 1, 3, -1 }, { 0, 4, 5, 6 } };
+    for (int p = 0; p < 3; p++) {
+        int32_t path_tok[4];
+        int n = 0;
+        while (n < 4 && leaves[p][n] >= 0) { path_tok[n] = win[leaves[p][n]]; n++; }
+        sp_kv *c = sp_kv_create(m, ctx);
+        assert_int_equal(sp_model_forward(m, c, ws, t, prefix, SP_LOGITS_NONE, NULL, &err), 0);
+        assert_int_equal(sp_model_forward(m, c, ws, path_tok, n, SP_LOGITS_ALL, lc, &err), 0);
+        for (int i = 0; i < n; i++)
+            assert_memory_equal(lt + (size_t)leaves[p][i] * V, lc + (size_t)i * V, (size_t)V * sizeof(float));
+        sp_kv_free(c);
+    }
+    /* keep the path 0-4-5, then one more token: as if decoded plainly */
+    const int32_t keep[3] = { 0, 4, 5 };
+    sp_kv_keep_path(kv, prefix, keep, 3);
+    assert_int_equal(kv->n, prefix + 3);
+    int32_t next = t[prefix + 10];
+    assert_int_equal(sp_model_forward(m, kv, ws, &next, 1, SP_LOGITS_LAST, lt, &err), 0);
+    sp_kv *c = sp_kv_create(m, ctx);
+    int32_t plain[4] = { win[0], win[4], win[5], next };
+    assert_int_equal(sp_model_forward(m, c, ws, t, prefix, SP_LOGITS_NONE, NULL, &err), 0);
+    assert_int_equal(sp_model_forward(m, c, ws, plain, 4, SP_LOGITS_LAST, lc, &err), 0);
+    assert_memory_equal(lt, lc, (size_t)V * sizeof(float));
+    /* a parent that is not an earlier row is refused */
+    const int32_t bad[2] = { -1, 1 };
+    sp_fwd_seq qb = { .kv = kv, .tokens = win, .n = 2, .parent = bad, .mode = SP_LOGITS_NONE };
+    assert_int_equal(sp_model_forward_batch(m, ws, &qb, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "parent"));
+    sp_kv_free(c);
+    sp_kv_free(kv);
+    sp_workspace_free(ws);
+    free(lt); free(lc); free(t);
+}
+static void test_tree(void **state) { tree_check(*state, 20); }
+static void test_tree_sliding_window(void **state) { tree_check(*state, 515); }
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_batch_invariance, setup_smol, teardown),
@@ -141,6 +240,11 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_kv_trim_exact, setup_smol, teardown),
         cmocka_unit_test_setup_teardown(test_kv_trim_exact, setup_gemma, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup_smol, teardown),
+        cmocka_unit_test_setup_teardown(test_multi_sequence, setup_smol, teardown),
+        cmocka_unit_test_setup_teardown(test_multi_sequence, setup_gemma, teardown),
+        cmocka_unit_test_setup_teardown(test_tree, setup_smol, teardown),
+        cmocka_unit_test_setup_teardown(test_tree, setup_gemma, teardown),
+        cmocka_unit_test_setup_teardown(test_tree_sliding_window, setup_gemma, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
