@@ -43,12 +43,13 @@ typedef struct {
     _Atomic int prepared;     /* threads done preparing their activation rows */
 } sp_matmul_job;
 
-/* Activation row r: the split layout (SIMD) or blocks of sp_act_type. */
+/* Activation row r: the split layout (SIMD) or blocks of sp_act_type
+ * (sp_quantize_act_row). */
 static void sp_mm_prepare(sp_matmul_job *job, int r) {
     const int64_t n = job->w->n_in;
     void *dst = (uint8_t *)job->xq + (size_t)r * job->xq_stride;
     if (job->k) job->k->act_prepare(job->w->type, job->x + (size_t)r * (size_t)n, n, dst);
-    else sp_quantize_row(sp_act_type(job->w->type), job->x + (size_t)r * (size_t)n, dst, n);
+    else sp_quantize_act_row(sp_act_type(job->w->type), job->x + (size_t)r * (size_t)n, dst, n);
 }
 
 /* Output rows [lo, hi) for every activation row. */

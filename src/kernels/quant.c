@@ -29,9 +29,18 @@
  *   With GCC in ISO C mode (-std=c11) no multiply-add is fused; a compiler
  *   that contracts a*b+c into an FMA still gives one fixed result per build.
  *
- * Activation quantizers follow ggml's reference quantizers' arithmetic
- * (quantize_row_q8_0_ref / q8_1_ref / q8_K_ref), so activations quantize as
- * in llama.cpp; the Q4_0..Q5_1 quantizers follow ggml's reference ones too.
+ * Two sets of quantizers (kernels.h):
+ *   - sp_quantize_row: ggml's reference quantizers (quantize_row_*_ref), the
+ *     ones llama.cpp uses to write quantized weights into a GGUF file;
+ *   - sp_quantize_act_row: what llama.cpp's x86 CPU backend does to an
+ *     activation row before a dot product (the from_float of the weight's
+ *     vec_dot_type).  Q8_0/Q8_1 follow its AVX2 quantize_row_q8_0/q8_1:
+ *     q = x * (127 / amax) rounded half to even, where the reference divides
+ *     by d = amax / 127 and rounds halves away from zero; the two differ on
+ *     ties and on the last bit of the scale, which moved our matmul outputs
+ *     ~1e-3 away from llama.cpp's on the same inputs.  Q8_K is the reference
+ *     quantizer in both sets (x86 runs quantize_row_q8_K_ref), as are the
+ *     float formats.
  * Inputs are expected finite; NaN or infinity gives unspecified (but
  * defined, never undefined-behaviour) quantized values.
  *
@@ -94,6 +103,18 @@ static inline int sp_q_round_even(float v) {
     int32_t i;
     memcpy(&i, &t, 4);
     return (i & 0x007fffff) - 0x00400000;
+}
+
+/* The int8 of an activation Q8_0/Q8_1 value v = x * (127 / amax): v
+ * rounded half to even (the _mm256_round_ps of ggml's AVX2 quantizer).
+ * |v| <= 127 (plus a rounding error) for finite rows, where the clamp
+ * changes nothing; it keeps the sign of an infinite v (a subnormal row,
+ * whose 127 / amax overflows) and NaN gives 0.  quant_avx2.c's
+ * sp_v_round_q8 is the same function lane by lane. */
+static inline int8_t sp_q_round_q8(float v) {
+    if (v != v) return 0;
+    v = v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v);
+    return (int8_t)sp_q_round_even(v);
 }
 
 /* Exact sum of n products of int8 values (n <= 2^17 cannot overflow). */
@@ -266,25 +287,45 @@ static void sp_quant_q5_1(const float *x, sp_blk_q5_1 *y, int64_t nb) {
     }
 }
 
-/* Q8_0: d = absmax / 127, q = roundf(x / d) (the fp32 d, before its fp16
- * rounding, as ggml's reference). */
-static void sp_quant_q8_0(const float *x, sp_blk_q8_0 *y, int64_t nb) {
+/* The quants of one Q8_0/Q8_1 block; returns the fp32 scale d = amax / 127
+ * (stored as fp16 by the caller) and the sum of the quants in *sum.
+ *   act = false, the weight rule (quantize_row_q8_0_ref / q8_1_ref):
+ *     q = roundf(x * (1 / d)), halves away from zero;
+ *   act = true, the activation rule (llama.cpp x86, AVX2):
+ *     q = rne(x * (127 / amax)). */
+static float sp_q8_block(const float *x, int8_t q[SP_QK], bool act, int *sum) {
+    const float amax = sp_q_absmax(x, SP_QK, NULL), d = amax / 127;
+    int s = 0;
+    if (act) {
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < SP_QK; j++) {
+            q[j] = sp_q_round_q8(x[j] * id);
+            s += q[j];
+        }
+    } else {
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int j = 0; j < SP_QK; j++) {
+            q[j] = (int8_t)sp_q_round_away(x[j] * id);
+            s += q[j];
+        }
+    }
+    *sum = s;
+    return d;
+}
+
+/* Q8_0: d and the quants of sp_q8_block. */
+static void sp_quant_q8_0(const float *x, sp_blk_q8_0 *y, int64_t nb, bool act) {
     for (int64_t i = 0; i < nb; i++, x += SP_QK) {
-        const float d = sp_q_absmax(x, SP_QK, NULL) / 127, id = d ? 1.0f / d : 0.0f;
-        sp_q_st_f16(y[i].d, d);
-        for (int j = 0; j < SP_QK; j++) y[i].qs[j] = (int8_t)sp_q_round_away(x[j] * id);
+        int sum;
+        sp_q_st_f16(y[i].d, sp_q8_block(x, y[i].qs, act, &sum));
     }
 }
 
-/* Q8_1: as Q8_0, plus s = fp16(d * sum(q)) with the fp32 d. */
-static void sp_quant_q8_1(const float *x, sp_blk_q8_1 *y, int64_t nb) {
+/* Q8_1: as Q8_0, plus s = fp16(d * sum(q)) with the fp32 d (both rules). */
+static void sp_quant_q8_1(const float *x, sp_blk_q8_1 *y, int64_t nb, bool act) {
     for (int64_t i = 0; i < nb; i++, x += SP_QK) {
-        const float d = sp_q_absmax(x, SP_QK, NULL) / 127, id = d ? 1.0f / d : 0.0f;
-        int sum = 0;
-        for (int j = 0; j < SP_QK; j++) {
-            y[i].qs[j] = (int8_t)sp_q_round_away(x[j] * id);
-            sum += y[i].qs[j];
-        }
+        int sum;
+        const float d = sp_q8_block(x, y[i].qs, act, &sum);
         sp_q_st_f16(y[i].d, d);
         sp_q_st_f16(y[i].s, (float)sum * d);
     }
@@ -595,10 +636,20 @@ void sp_quantize_row(uint32_t t, const float *x, void *dst, int64_t n) {
     case SP_Q4_1: sp_quant_q4_1(x, dst, nb); break;
     case SP_Q5_0: sp_quant_q5_0(x, dst, nb); break;
     case SP_Q5_1: sp_quant_q5_1(x, dst, nb); break;
-    case SP_Q8_0: sp_quant_q8_0(x, dst, nb); break;
-    case SP_Q8_1: sp_quant_q8_1(x, dst, nb); break;
+    case SP_Q8_0: sp_quant_q8_0(x, dst, nb, false); break;
+    case SP_Q8_1: sp_quant_q8_1(x, dst, nb, false); break;
     case SP_Q8_K: sp_quant_q8_K(x, dst, nb); break;
     default: sp_q_bad_type("sp_quantize_row", t);
+    }
+}
+
+void sp_quantize_act_row(uint32_t t, const float *x, void *dst, int64_t n) {
+    const int64_t nb = sp_q_nblocks(t, n);
+    switch (t) {
+    case SP_Q8_0: sp_quant_q8_0(x, dst, nb, true); break;
+    case SP_Q8_1: sp_quant_q8_1(x, dst, nb, true); break;
+    case SP_F32: case SP_F16: case SP_BF16: case SP_Q8_K: sp_quantize_row(t, x, dst, n); break;
+    default: sp_q_bad_type("sp_quantize_act_row", t);
     }
 }
 

@@ -104,22 +104,15 @@ SP_AI __m256i sp_v_pack_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
     return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* sp_q_round_away lane by lane: roundf(v) clamped to [-128, 127] for
- * -128.5 < v < 127.5; outside, 127 (v > 0), -128 (v < 0) or 0 (NaN). */
-SP_AI __m256i sp_v_round_away(__m256 v) {
-    const __m256 one = _mm256_set1_ps(1.0f);
-    const __m256 inr = _mm256_and_ps(_mm256_cmp_ps(v, _mm256_set1_ps(-128.5f), _CMP_GT_OQ),
-                                     _mm256_cmp_ps(v, _mm256_set1_ps(127.5f), _CMP_LT_OQ));
-    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m256 r = _mm256_sub_ps(v, t);
-    t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(r, _mm256_set1_ps(0.5f), _CMP_GE_OQ), one));
-    t = _mm256_sub_ps(t, _mm256_and_ps(_mm256_cmp_ps(r, _mm256_set1_ps(-0.5f), _CMP_LE_OQ), one));
-    const __m256 out =
-        _mm256_or_ps(_mm256_and_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ),
-                                   _mm256_set1_ps(127.0f)),
-                     _mm256_and_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ),
-                                   _mm256_set1_ps(-128.0f)));
-    return _mm256_cvttps_epi32(_mm256_blendv_ps(out, t, inr));
+/* sp_q_round_q8 lane by lane: NaN -> 0, v clamped to [-127, 127], rounded
+ * half to even (as _mm256_round_ps in ggml's AVX2 quantize_row_q8_0; the
+ * portable 1.5 * 2^23 trick gives the same integer on this range). */
+SP_AI __m256i sp_v_round_q8(__m256 v) {
+    const __m256 ord = _mm256_cmp_ps(v, v, _CMP_ORD_Q);
+    /* max/min return their second operand when the first is NaN. */
+    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    v = _mm256_and_ps(v, ord);
+    return _mm256_cvttps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 /* sp_q_round_even lane by lane (the 1.5 * 2^23 trick, bit for bit, for
@@ -145,17 +138,18 @@ static inline float sp_v_ld_f16(const uint8_t p[2]) {
  * Activation quantizers (F32 row -> split layout)
  * ===================================================================== */
 
-/* Q8_0 / Q8_1 of one row: d = absmax / 127, q = round_away(x * (1/d)); the
- * layout keeps the fp16-rounded d; Q8_1 also s = fp16(d * sum q). */
+/* Q8_0 / Q8_1 of one row (sp_quantize_act_row's rule): d = absmax / 127,
+ * q = round_q8(x * (127 / absmax)); the layout keeps the fp16-rounded d;
+ * Q8_1 also s = fp16(d * sum q). */
 static void sp_avx2_prep_q8(const float *x, int64_t n, void *dst, bool with_sum) {
     const int64_t nb = n / SP_QK;
     int8_t *q = dst;
     float *dd = (float *)(q + n), *ss = dd + nb;
     for (int64_t b = 0; b < nb; b++, x += SP_QK) {
-        const float d = sp_v_absmax(x, SP_QK) / 127, id = d ? 1.0f / d : 0.0f;
-        const __m256 vid = _mm256_set1_ps(id);
+        const float amax = sp_v_absmax(x, SP_QK), d = amax / 127;
+        const __m256 vid = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
         __m256i v[4];
-        for (int k = 0; k < 4; k++) v[k] = sp_v_round_away(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid));
+        for (int k = 0; k < 4; k++) v[k] = sp_v_round_q8(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid));
         _mm256_storeu_si256((__m256i *)(q + SP_QK * b), sp_v_pack_i8(v[0], v[1], v[2], v[3]));
         dd[b] = sp_v_f16_round(d);
         if (with_sum) {

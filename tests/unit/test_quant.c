@@ -37,6 +37,13 @@ static size_t row_bytes(uint32_t t, int64_t n) {
     return b;
 }
 static int64_t block_of(uint32_t t) { return sp_dtype_get(t)->block; }
+
+/* The weight rule (sp_quantize_row) or the activation rule
+ * (sp_quantize_act_row) of type t. */
+static void quantize(bool act, uint32_t t, const float *x, void *dst, int64_t n) {
+    if (act) sp_quantize_act_row(t, x, dst, n);
+    else sp_quantize_row(t, x, dst, n);
+}
 static size_t block_bytes(uint32_t t) { return sp_dtype_get(t)->bytes; }
 
 /* Activation-like data: uniform in [-1, 1) with an outlier every 97. */
@@ -265,7 +272,8 @@ static void test_dequant_float_types(void **state) {
 }
 
 /* ------------------------------------------------------------------------
- * Quantizers: known answers and agreement with ggml's reference arithmetic
+ * Quantizers: known answers and agreement with ggml's arithmetic (the
+ * reference rule for weights, the x86 rule for activations)
  * ---------------------------------------------------------------------- */
 static void test_quant_q4_0_known(void **state) {
     (void)state;
@@ -291,32 +299,61 @@ static void test_quant_q4_0_known(void **state) {
     assert_true(y[0] == 4.0f && y[1] == -3.5f);
 }
 
+/* Q8_0/Q8_1 with d = 1 (amax 127), so q is x rounded: ties decide.  The
+ * weight rule (sp_quantize_row, ggml's reference) rounds halves away from
+ * zero; the activation rule (sp_quantize_act_row, llama.cpp x86) to even. */
 static void test_quant_q8_known(void **state) {
     (void)state;
     float x[256] = {0};
-    /* amax 127 -> d = 1, id = 1: ties round away from zero (roundf). */
     x[0] = 127.0f; x[1] = 2.5f; x[2] = -2.5f; x[3] = 0.49f; x[4] = -126.5f;
+    x[5] = 3.5f; x[6] = -3.5f; x[7] = 0.5f; x[8] = -0.5f; x[9] = -1.5f;
+    /* weight rule: halves away from zero */
+    const int want_w[10] = {127, 3, -3, 0, -127, 4, -4, 1, -1, -2};
+    /* activation rule: halves to even (both directions, both signs) */
+    const int want_a[10] = {127, 2, -2, 0, -126, 4, -4, 0, 0, -2};
     uint8_t b[36];
-    sp_quantize_row(SP_Q8_0, x, b, 32);
-    assert_true(get_f16(b) == 1.0f);
-    const int8_t *q = (const int8_t *)(b + 2);
-    assert_int_equal(q[0], 127);
-    assert_int_equal(q[1], 3);
-    assert_int_equal(q[2], -3);
-    assert_int_equal(q[3], 0);
-    assert_int_equal(q[4], -127);
-    /* Q8_1: same quants, s = d * sum(q) = 127 + 3 - 3 + 0 - 127 = 0. */
-    sp_quantize_row(SP_Q8_1, x, b, 32);
-    assert_true(get_f16(b) == 1.0f);
-    assert_true(get_f16(b + 2) == 0.0f);
-    assert_int_equal(((const int8_t *)(b + 4))[1], 3);
-    x[5] = 100.0f;                          /* s = 100 */
-    sp_quantize_row(SP_Q8_1, x, b, 32);
-    assert_true(get_f16(b + 2) == 100.0f);
-    /* Q8_K: iscale = -127 / 127 = -1, q = rint(-x), ties to even. */
-    x[5] = 3.5f;
-    uint8_t k[292];
+    for (int act = 0; act < 2; act++) {
+        const int *want = act ? want_a : want_w;
+        if (act) sp_quantize_act_row(SP_Q8_0, x, b, 32);
+        else sp_quantize_row(SP_Q8_0, x, b, 32);
+        assert_true(get_f16(b) == 1.0f);
+        const int8_t *q = (const int8_t *)(b + 2);
+        int sum = 0;
+        for (int j = 0; j < 10; j++) {
+            if (q[j] != want[j]) fail_msg("rule %d: q[%d] = %d, want %d", act, j, q[j], want[j]);
+            sum += want[j];
+        }
+        for (int j = 10; j < 32; j++) assert_int_equal(q[j], 0);
+        /* Q8_1: the same quants, s = d * sum(q): -2 (weight), -1 (activation:
+         * -126.5 gives -126). */
+        if (act) sp_quantize_act_row(SP_Q8_1, x, b, 32);
+        else sp_quantize_row(SP_Q8_1, x, b, 32);
+        assert_true(get_f16(b) == 1.0f);
+        assert_int_equal(sum, act ? -1 : -2);
+        assert_true(get_f16(b + 2) == (float)sum);
+        for (int j = 0; j < 10; j++) assert_int_equal(((const int8_t *)(b + 4))[j], want[j]);
+    }
+    /* The scales differ too: 1 / (amax / 127) and 127 / amax are one ulp
+     * apart for this amax, which moves x * id across .5 without a tie:
+     * 1.5000001 -> 2 (weight), 1.4999999 -> 1 (activation). */
+    float y[32] = {0};
+    y[0] = 0x1.a23d18p+0f;                  /* amax 1.6337447 */
+    y[1] = 0x1.3c261ep-6f;                  /* 0.019296197 */
+    y[2] = -y[1];
+    sp_quantize_row(SP_Q8_0, y, b, 32);
+    assert_int_equal(((const int8_t *)(b + 2))[1], 2);
+    assert_int_equal(((const int8_t *)(b + 2))[2], -2);
+    sp_quantize_act_row(SP_Q8_0, y, b, 32);
+    assert_int_equal(((const int8_t *)(b + 2))[0], 127);
+    assert_int_equal(((const int8_t *)(b + 2))[1], 1);
+    assert_int_equal(((const int8_t *)(b + 2))[2], -1);
+    /* Q8_K has one rule in both sets (the reference, which x86 also runs):
+     * iscale = -127 / 127 = -1, q = rint(-x), ties to even. */
+    x[6] = x[7] = x[8] = x[9] = 0.0f;
+    uint8_t k[292], k2[292];
     sp_quantize_row(SP_Q8_K, x, k, 256);
+    sp_quantize_act_row(SP_Q8_K, x, k2, 256);
+    assert_memory_equal(k, k2, sizeof k);
     assert_true(get_f32(k) == -1.0f);       /* d = 1 / iscale */
     const int8_t *kq = (const int8_t *)(k + 4);
     assert_int_equal(kq[0], -127);
@@ -337,15 +374,21 @@ static void test_quant_q8_known(void **state) {
     assert_int_equal(kq[8], 127);
 }
 
-/* Independent statements of ggml's reference quantizers (one block),
- * written from the formulas; the library must agree bit for bit. */
-static void ref_q8_0(const float *x, uint8_t *b, bool with_sum) {
+/* Independent statements of the quantizers (one block), written from the
+ * formulas; the library must agree bit for bit.  Q8_0/Q8_1: act = false is
+ * ggml's quantize_row_q8_0_ref / q8_1_ref (id = 1 / d, roundf), act = true
+ * its AVX2 quantize_row_q8_0 / q8_1 (id = 127 / amax, round half to even,
+ * which nearbyintf does in the default rounding mode). */
+static void ref_q8_0(const float *x, uint8_t *b, bool with_sum, bool act) {
     float amax = 0;
     for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-    float d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
+    float d = amax / 127, id = act ? (amax != 0 ? 127.0f / amax : 0.0f) : (d != 0 ? 1.0f / d : 0.0f);
     int sum = 0;
     int8_t *q = (int8_t *)(b + (with_sum ? 4 : 2));
-    for (int j = 0; j < 32; j++) { q[j] = (int8_t)roundf(x[j] * id); sum += q[j]; }
+    for (int j = 0; j < 32; j++) {
+        q[j] = (int8_t)(act ? nearbyintf(x[j] * id) : roundf(x[j] * id));
+        sum += q[j];
+    }
     put_f16(b, d);
     if (with_sum) put_f16(b + 2, (float)sum * d);
 }
@@ -396,29 +439,80 @@ static void ref_q4_q5(uint32_t t, const float *x, uint8_t *b) {
     for (int j = 0; j < 16; j++) p[j] = (uint8_t)((v[j] & 15) | ((v[j + 16] & 15) << 4));
 }
 
+/* Rows for the quantizer comparisons (kind 0): random with outliers (no
+ * ties).  Kind 1: multiples of 1/16 in [-15.875, 15.875] with that maximum
+ * in two blocks of three: there id = 8 under both rules and x * id is a
+ * multiple of 1/2, a tie half of the time.  Kind 2: near ties at arbitrary
+ * scales, x = (k + 0.5) / (127 / amax) with amax the block's first value,
+ * where 1 / (amax / 127) and 127 / amax round one value in eight apart. */
+static void fill_quant_row(float *x, int64_t n, uint64_t seed, int kind) {
+    fill_random(x, n, seed);
+    sp_rng r = {seed};
+    for (int64_t i = 0; kind == 1 && i < n; i++) {
+        x[i] = (float)((int)(sp_rng_next(&r) % 509) - 254) * 0.0625f;
+        if (i % 32 == 5 && i % 96 != 5) x[i] = i % 64 == 5 ? 15.875f : -15.875f;
+    }
+    for (int64_t b = 0; kind == 2 && b + 32 <= n; b += 32) {
+        const float amax = 0.5f + 2.5f * (float)sp_rng_next_f64(&r), id = 127.0f / amax;
+        x[b] = amax;
+        for (int j = 1; j < 32; j++) x[b + j] = ((float)((int)(sp_rng_next(&r) % 252) - 126) + 0.5f) / id;
+    }
+}
+
 static void test_quant_matches_reference(void **state) {
     (void)state;
     enum { N = 4096 };
     float *x = malloc(N * sizeof(float));
     uint8_t *got = malloc(row_bytes(SP_Q8_K, N) + 64), *want = malloc(row_bytes(SP_Q8_K, N) + 64);
     const uint32_t types[] = {SP_Q4_0, SP_Q4_1, SP_Q5_0, SP_Q5_1, SP_Q8_0, SP_Q8_1, SP_Q8_K};
-    for (int seed = 1; seed <= 3; seed++) {
-        fill_random(x, N, (uint64_t)seed);
+    long ties = 0;
+    for (int seed = 1; seed <= 9; seed++) {
+        fill_quant_row(x, N, (uint64_t)seed, (seed - 1) / 3);
         for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
             uint32_t t = types[ti];
             int64_t bk = block_of(t);
             size_t bb = block_bytes(t);
-            sp_quantize_row(t, x, got, N);
-            for (int64_t i = 0; i < N / bk; i++) {
-                uint8_t *w = want + i * bb;
-                if (t == SP_Q8_0 || t == SP_Q8_1) ref_q8_0(x + i * bk, w, t == SP_Q8_1);
-                else if (t == SP_Q8_K) ref_q8_K(x + i * bk, w);
-                else ref_q4_q5(t, x + i * bk, w);
+            const bool has_act = t == SP_Q8_0 || t == SP_Q8_1 || t == SP_Q8_K;
+            for (int act = 0; act <= (int)has_act; act++) {
+                if (act) sp_quantize_act_row(t, x, got, N);
+                else sp_quantize_row(t, x, got, N);
+                for (int64_t i = 0; i < N / bk; i++) {
+                    uint8_t *w = want + i * bb;
+                    if (t == SP_Q8_0 || t == SP_Q8_1) ref_q8_0(x + i * bk, w, t == SP_Q8_1, act);
+                    else if (t == SP_Q8_K) ref_q8_K(x + i * bk, w);
+                    else ref_q4_q5(t, x + i * bk, w);
+                }
+                if (memcmp(got, want, row_bytes(t, N)) != 0)
+                    fail_msg("%s (%s rule) differs", sp_dtype_name(t), act ? "activation" : "weight");
             }
-            if (memcmp(got, want, row_bytes(t, N)) != 0) fail_msg("%s differs", sp_dtype_name(t));
+        }
+        /* the tie rows do have ties for the two Q8_0 rules to disagree on */
+        sp_quantize_row(SP_Q8_0, x, want, N);
+        sp_quantize_act_row(SP_Q8_0, x, got, N);
+        for (int64_t i = 0; seed > 3 && i < N / 32; i++) ties += memcmp(got + 34 * i, want + 34 * i, 34) != 0;
+    }
+    /* kinds 1 and 2: 6 rows x 128 blocks, most with several values the two
+     * rules round apart */
+    assert_true(ties >= 500);
+    free(x); free(got); free(want);
+}
+
+/* Subnormal rows: 127 / amax overflows to infinity.  The activation rule
+ * still gives every value its sign (the clamp of sp_quantize_act_row), and
+ * zeros stay zero. */
+static void test_quant_act_tiny(void **state) {
+    (void)state;
+    float x[32];
+    for (int j = 0; j < 32; j++) x[j] = (float)((j % 5) - 2) * 1e-41f;
+    uint8_t b[36];
+    for (int t = 0; t < 2; t++) {
+        sp_quantize_act_row(t ? SP_Q8_1 : SP_Q8_0, x, b, 32);
+        const int8_t *q = (const int8_t *)(b + (t ? 4 : 2));
+        for (int j = 0; j < 32; j++) {
+            const int want = x[j] > 0 ? 127 : (x[j] < 0 ? -127 : 0);
+            if (q[j] != want) fail_msg("%d: q[%d] = %d for %g", t, j, q[j], x[j]);
         }
     }
-    free(x); free(got); free(want);
 }
 
 /* ------------------------------------------------------------------------
@@ -472,15 +566,16 @@ static double quant_step(uint32_t t, const float *blk, int bk) {
 static void test_roundtrip(void **state) {
     (void)state;
     enum { N = 4096 };
+    /* every type with the weight rule, then the activation rule's Q8_0/Q8_1 */
     const uint32_t types[] = {SP_F32, SP_F16, SP_BF16, SP_Q4_0, SP_Q4_1, SP_Q5_0,
-                              SP_Q5_1, SP_Q8_0, SP_Q8_1, SP_Q8_K};
+                              SP_Q5_1, SP_Q8_0, SP_Q8_1, SP_Q8_K, SP_Q8_0, SP_Q8_1};
     float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
     uint8_t *q = malloc(row_bytes(SP_F32, N));
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         uint32_t t = types[ti];
         int bk = (int)block_of(t);
         fill_random(x, N, 100 + ti);
-        sp_quantize_row(t, x, q, N);
+        quantize(ti >= 10, t, x, q, N);
         sp_dequantize_row(t, q, y, N);
         double sq = 0;
         for (int i = 0; i < N; i++) {
@@ -566,7 +661,7 @@ static void test_vec_dot_vs_reference(void **state) {
                 uint64_t seed = 1000 * (uint64_t)k + 10 * ni + (uint64_t)rep;
                 make_weights(wt, n, w, seed);
                 fill_random(x, n, seed + 7);
-                sp_quantize_row(at, x, xq, n);
+                sp_quantize_act_row(at, x, xq, n);
                 double scale, want = ref_dot(wt, n, w, xq, &scale);
                 double got = sp_vec_dot(wt, n, w, xq);
                 if (!(fabs(got - want) <= 1e-5 * scale + 1e-30))
@@ -594,7 +689,7 @@ static void test_vec_dot_tracks_float(void **state) {
         sp_dequantize_row(wt, w, wd, N);
         double want = 0, scale = 0;
         for (int i = 0; i < N; i++) { want += (double)wd[i] * x[i]; scale += fabs((double)wd[i] * x[i]); }
-        sp_quantize_row(at, x, xq, N);
+        sp_quantize_act_row(at, x, xq, N);
         double got = sp_vec_dot(wt, N, w, xq);
         if (!(fabs(got - want) <= 0.02 * scale))
             fail_msg("%s: got %.6g want %.6g (scale %.3g)", sp_dtype_name(wt), got, want, scale);
@@ -615,11 +710,14 @@ static void test_zero_blocks(void **state) {
     for (int neg = 0; neg < 2; neg++) {
         for (int i = 0; i < 256; i++) x[i] = neg ? -0.0f : 0.0f;
         for (size_t ti = 0; ti < sizeof qt / sizeof *qt; ti++) {
-            memset(q, 0xEE, sizeof q);
-            sp_quantize_row(qt[ti], x, q, 256);
-            sp_dequantize_row(qt[ti], q, y, 256);
-            for (int i = 0; i < 256; i++)
-                if (y[i] != 0.0f) fail_msg("%s: y[%d] = %g", sp_dtype_name(qt[ti]), i, y[i]);
+            for (int act = 0; act < 2; act++) {
+                if (act && (qt[ti] != SP_Q8_0 && qt[ti] != SP_Q8_1)) continue;
+                memset(q, 0xEE, sizeof q);
+                quantize(act, qt[ti], x, q, 256);
+                sp_dequantize_row(qt[ti], q, y, 256);
+                for (int i = 0; i < 256; i++)
+                    if (y[i] != 0.0f) fail_msg("%s: y[%d] = %g", sp_dtype_name(qt[ti]), i, y[i]);
+            }
         }
     }
     /* Q8_K of zeros: d = 0, quants and bsums 0 (no NaN from -127/0). */
@@ -644,7 +742,7 @@ static void test_zero_blocks(void **state) {
             sp_quantize_row(wt, x, w, 256);
         }
         fill_random(x, 256, 9);
-        sp_quantize_row(at, x, xq, 256);
+        sp_quantize_act_row(at, x, xq, 256);
         float d = sp_vec_dot(wt, 256, w, xq);
         if (d != 0.0f) fail_msg("%s: zero weights dot %g", sp_dtype_name(wt), d);
         sp_dequantize_row(wt, w, y, 256);
@@ -656,15 +754,16 @@ static void test_max_magnitude(void **state) {
     (void)state;
     float x[256], y[256];
     uint8_t q[1024];
-    struct { uint32_t t; float big; } cases[] = {
-        {SP_Q8_0, 60000.0f}, {SP_Q8_1, 60000.0f}, {SP_Q4_0, 60000.0f}, {SP_Q5_0, 60000.0f},
-        {SP_Q4_1, 30000.0f}, {SP_Q5_1, 30000.0f}, {SP_Q8_K, 1e30f}, {SP_F16, 65504.0f},
-        {SP_BF16, 3.0e38f},
+    struct { uint32_t t; float big; bool act; } cases[] = {
+        {SP_Q8_0, 60000.0f, false}, {SP_Q8_1, 60000.0f, false}, {SP_Q8_0, 60000.0f, true},
+        {SP_Q8_1, 60000.0f, true}, {SP_Q4_0, 60000.0f, false}, {SP_Q5_0, 60000.0f, false},
+        {SP_Q4_1, 30000.0f, false}, {SP_Q5_1, 30000.0f, false}, {SP_Q8_K, 1e30f, false},
+        {SP_F16, 65504.0f, false}, {SP_BF16, 3.0e38f, false},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         uint32_t t = cases[c].t;
         for (int i = 0; i < 256; i++) x[i] = (i % 2 ? -1.0f : 1.0f) * cases[c].big * ((float)(i % 7) / 6.0f);
-        sp_quantize_row(t, x, q, 256);
+        quantize(cases[c].act, t, x, q, 256);
         sp_dequantize_row(t, q, y, 256);
         int bk = (int)block_of(t);
         for (int i = 0; i < 256; i++) {
@@ -687,7 +786,7 @@ static void test_max_magnitude(void **state) {
             if (wt == SP_Q4_1 || wt == SP_Q5_1 || wt == SP_Q4_K || wt == SP_Q5_K) put_f16(w + off + 2, 1.0f);
         }
         for (int i = 0; i < 256; i++) x[i] = 1000.0f;
-        sp_quantize_row(at, x, xq, 256);
+        sp_quantize_act_row(at, x, xq, 256);
         double scale, want = ref_dot(wt, 256, w, xq, &scale);
         float got = sp_vec_dot(wt, 256, w, xq);
         assert_true(isfinite(got));
@@ -778,8 +877,8 @@ static void test_determinism(void **state) {
         uint8_t *w = malloc(wb), *xq = malloc(xb), *xq2 = malloc(xb);
         make_weights(wt, N, w, 900 + (uint64_t)k);
         fill_random(x, N, 901);
-        sp_quantize_row(at, x, xq, N);
-        sp_quantize_row(at, x, xq2, N);
+        sp_quantize_act_row(at, x, xq, N);
+        sp_quantize_act_row(at, x, xq2, N);
         assert_memory_equal(xq, xq2, xb);
         float a = sp_vec_dot(wt, N, w, xq), b = sp_vec_dot(wt, N, w, xq);
         assert_memory_equal(&a, &b, sizeof a);
@@ -813,6 +912,7 @@ int main(void) {
         cmocka_unit_test(test_quant_q4_0_known),
         cmocka_unit_test(test_quant_q8_known),
         cmocka_unit_test(test_quant_matches_reference),
+        cmocka_unit_test(test_quant_act_tiny),
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_vec_dot_vs_reference),
         cmocka_unit_test(test_vec_dot_tracks_float),

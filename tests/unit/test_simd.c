@@ -68,7 +68,8 @@ static void test_dispatch(void **state) {
 
 /* Rows that exercise the quantizers: random with outliers, exact rounding
  * ties, all zeros, a zero block among others, huge, subnormal, negative
- * maxima, repeated maxima of both signs. */
+ * maxima, repeated maxima of both signs, ties at a scale other than 1,
+ * NaN and infinities, near ties at arbitrary scales. */
 static void make_act_row(int kind, float *x, int64_t n, uint64_t seed) {
     sp_rng r = {seed};
     for (int64_t i = 0; i < n; i++) x[i] = urand(&r) * (i % 97 == 13 ? 20.0f : 1.0f);
@@ -83,6 +84,22 @@ static void make_act_row(int kind, float *x, int64_t n, uint64_t seed) {
     case 5: for (int64_t i = 0; i < n; i++) x[i] *= 1e-41f; break; /* subnormal */
     case 6: for (int64_t i = 0; i < n; i += 7) x[i] = -50.0f; break;
     case 7: for (int64_t i = 0; i < n; i += 5) x[i] = (i / 5) % 2 ? 30.0f : -30.0f; break;
+    case 8: /* ties at another scale: multiples of 1/16, block max 127/8 -> id = 8 */
+        for (int64_t i = 0; i < n; i++) x[i] = (float)((int)(sp_rng_next(&r) % 509) - 254) * 0.0625f;
+        for (int64_t i = 5; i < n; i += 32) x[i] = i % 64 == 5 ? 15.875f : -15.875f;
+        break;
+    case 9: /* not finite: NaN and infinities among finite values */
+        for (int64_t i = 3; i < n; i += 41) x[i] = (i / 41) % 3 == 0 ? NAN : ((i / 41) % 3 == 1 ? INFINITY : -INFINITY);
+        break;
+    case 10: /* near ties at arbitrary scales: x = (k + 0.5) / (127 / amax) with
+              * amax the block's first value; the exact expression of the scale
+              * decides the rounding of about one value in eight */
+        for (int64_t b = 0; b + 32 <= n; b += 32) {
+            const float amax = 0.5f + 2.5f * (float)sp_rng_next_f64(&r), id = 127.0f / amax;
+            x[b] = amax;
+            for (int j = 1; j < 32; j++) x[b + j] = ((float)((int)(sp_rng_next(&r) % 252) - 126) + 0.5f) / id;
+        }
+        break;
     default: break;
     }
 }
@@ -92,7 +109,7 @@ static void check_prepared(uint32_t wt, const float *x, int64_t n, const char *w
     const uint32_t at = sp_act_type(wt);
     uint8_t *blk = malloc((size_t)sp_dtype_row_bytes(at, (uint64_t)n));
     uint8_t *split = sp_alloc_aligned(sp_act_split_bytes(wt, n));
-    sp_quantize_row(at, x, blk, n);
+    sp_quantize_act_row(at, x, blk, n);
     sp_kern()->act_prepare(wt, x, n, split);
     const sp_act_view v = sp_act_split_view(wt, n, split);
     if (at == SP_Q8_0 || at == SP_Q8_1) {
@@ -137,7 +154,7 @@ static void test_act_prepare_exact(void **state) {
     const int64_t n = 1024;
     float *x = malloc((size_t)n * sizeof(float));
     for (size_t k = 0; k < sizeof wts / sizeof *wts; k++) {
-        for (int kind = 0; kind < 8; kind++) {
+        for (int kind = 0; kind < 11; kind++) {
             for (uint64_t seed = 1; seed <= 3; seed++) {
                 make_act_row(kind, x, n, seed * 100 + (uint64_t)kind);
                 char what[64];
