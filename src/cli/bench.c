@@ -29,7 +29,9 @@ static const char bench_help[] =
     "      --prompts FILE      JSONL prompts (default ../shared/bench/prompts.jsonl): one\n"
     "                          {\"id\",\"category\",\"messages\",\"max_tokens\"} per line\n"
     "      --methods LIST      comma-separated, e.g. plain,ngram,suffix (default plain,ngram)\n"
-    "      --repeats N         runs per prompt and method (default 3)\n"
+    "      --repeats N         runs per prompt and method (default 3); drafters that learn\n"
+    "                          across requests (suffix) see the earlier repeats: use 1 for\n"
+    "                          their unbiased numbers (the first-repeat acceptance is printed)\n"
     "      --warmup N          warm-up generations per method (default 1)\n"
     "      --limit N           only the first N prompts\n"
     "      --category NAME     only prompts of this category\n"
@@ -38,6 +40,7 @@ static const char bench_help[] =
     "      --draft-max N|adaptive  (default adaptive)\n"
     "      --ngram-min N, --ngram-max N\n"
     "      --suffix-factor F, --suffix-min-prob P, --suffix-max-depth N  (see specula run)\n"
+    "      --tree-width W      tree proposals for ngram/suffix (default 1: chains)\n"
     "      --json FILE         write the results as JSON\n"
     "      --verify-cost       print t(K)/t(1), K = 1..16, for each -m (default: both models)\n"
     "  -h, --help              this help\n";
@@ -374,6 +377,7 @@ int sp_cmd_bench(int argc, char **argv) {
         else if (sp_arg_is(&a, "--ngram-max")) { if (!sp_arg_int(&a, 1, 64, &o.dopts.ngram_max)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--suffix-factor")) { if (!sp_arg_float(&a, 0.01, 64, &o.dopts.suffix_factor)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--suffix-min-prob")) { if (!sp_arg_float(&a, 1e-4, 1, &o.dopts.suffix_min_prob)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--tree-width")) { if (!sp_arg_int(&a, 1, 8, &o.dopts.tree_width)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--suffix-max-depth")) { if (!sp_arg_int(&a, 4, 512, &o.dopts.suffix_max_depth)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--draft-max")) {
             if (a.i + 1 < argc && !strcmp(argv[a.i + 1], "adaptive")) { a.i++; o.draft_max = SP_DRAFT_ADAPTIVE; }
