@@ -37,6 +37,7 @@ static const char run_help[] =
     "      --suffix-factor F   suffix: draft at most F x match length tokens (default 1)\n"
     "      --suffix-min-prob P suffix: drop draft tokens below this estimated probability (default 0.1)\n"
     "      --suffix-max-depth N  suffix: depth of the suffix trie (default 64)\n"
+    "      --tree-width W      ngram/suffix: propose a token tree of up to W branches (default 1)\n"
     "  -q, --quiet             no statistics on stderr\n"
     "  -h, --help              this help\n";
 
@@ -162,6 +163,7 @@ int sp_cmd_run(int argc, char **argv) {
         else if (sp_arg_is(&a, "--ngram-max")) { if (!sp_arg_int(&a, 1, 64, &dopts.ngram_max)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--suffix-factor")) { if (!sp_arg_float(&a, 0.01, 64, &dopts.suffix_factor)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--suffix-min-prob")) { if (!sp_arg_float(&a, 1e-4, 1, &dopts.suffix_min_prob)) return SP_EXIT_USAGE; }
+        else if (sp_arg_is(&a, "--tree-width")) { if (!sp_arg_int(&a, 1, 8, &dopts.tree_width)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--suffix-max-depth")) { if (!sp_arg_int(&a, 4, 512, &dopts.suffix_max_depth)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--seed")) { if (!sp_arg_u64(&a, &sp.seed)) return SP_EXIT_USAGE; seed_set = true; }
         else if (sp_arg_is(&a, "--stop")) {

@@ -73,8 +73,9 @@ long sp_ckpt_check(const sp_drafter *d, const uint8_t *buf, size_t len, sp_err *
 
 sp_drafter *sp_drafter_create(const char *name, const sp_drafter_opts *o, sp_err *err) {
     if (!strcmp(name, "ngram"))
-        return sp_ngram_create(o && o->ngram_min ? o->ngram_min : 1,
-                               o && o->ngram_max ? o->ngram_max : 3, err);
+        return sp_ngram_create_tree(o && o->ngram_min ? o->ngram_min : 1,
+                                    o && o->ngram_max ? o->ngram_max : 3,
+                                    o && o->tree_width ? o->tree_width : 1, err);
     if (!strcmp(name, "suffix")) {
         sp_suffix_opts so = sp_suffix_defaults();
         if (o && o->suffix_factor) so.factor = o->suffix_factor;

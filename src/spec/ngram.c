@@ -12,6 +12,11 @@
  * match always has a continuation; appending a token inserts (max-min+1)
  * k-grams, and a proposal is max-min+1 lookups: microseconds at any
  * history length.
+ *
+ * With a tree width W > 1 the proposal is a token tree: the continuations
+ * of the first W occurrences of the longest matching k-gram (each at most
+ * max_n / W tokens), merged where they share a prefix.  Every slot keeps
+ * the chain of its k-gram's occurrences (first, next, ..., last) for that.
  */
 #include "spec/spec.h"
 
@@ -20,23 +25,26 @@
 #include <string.h>
 
 typedef struct ngram_drafter {
-    int min, max;
+    int min, max, width;
 } ngram_drafter;
 
 typedef struct ngram_slot {
     uint64_t h;                  /* hash of (k, tokens) */
     int32_t start1;              /* first start position + 1; 0 = empty */
     int32_t k;
+    int32_t last;                /* last start position of this k-gram */
 } ngram_slot;
 
 typedef struct ngram_draft {
-    int min, max;
+    int min, max, width;
+    int32_t *next;               /* (cap, max-min+1) next start of the same k-gram, -1 = none */
     int32_t *hist;               /* (cap) prompt + emitted tokens */
     int n, cap;
     int indexed;                 /* k-grams ending before position `indexed` are in the table */
     ngram_slot *slots;           /* open addressing table */
     size_t n_slots, used;
     int32_t out[SP_MAX_DRAFT];
+    int32_t parent[SP_MAX_DRAFT];
     int n_out;
 } ngram_draft;
 
@@ -67,8 +75,14 @@ static void table_insert(ngram_draft *g, int start, int k) {
     const int32_t *t = g->hist + start;
     uint64_t h = gram_hash(t, k);
     size_t i = table_find(g, t, k, h);
-    if (g->slots[i].start1) return;     /* keep the first occurrence */
-    g->slots[i] = (ngram_slot){ h, start + 1, k };
+    const int nk = g->max - g->min + 1;
+    g->next[(size_t)start * nk + (k - g->min)] = -1;
+    if (g->slots[i].start1) {           /* keep the first occurrence, chain this one */
+        g->next[(size_t)g->slots[i].last * nk + (k - g->min)] = start;
+        g->slots[i].last = start;
+        return;
+    }
+    g->slots[i] = (ngram_slot){ h, start + 1, k, start };
     g->used++;
 }
 
@@ -99,6 +113,7 @@ static void hist_push(ngram_draft *g, const int32_t *t, int n) {
     if (g->n + n > g->cap) {
         g->cap = (g->n + n) * 2 + 64;
         g->hist = sp_xrealloc(g->hist, (size_t)g->cap * sizeof(int32_t));
+        g->next = sp_xrealloc(g->next, (size_t)g->cap * (size_t)(g->max - g->min + 1) * sizeof(int32_t));
     }
     memcpy(g->hist + g->n, t, (size_t)n * sizeof(int32_t));
     g->n += n;
@@ -111,17 +126,48 @@ static void hist_reset(ngram_draft *g) {
     if (g->slots) memset(g->slots, 0, g->n_slots * sizeof *g->slots);
 }
 
+/* Adds a continuation to the proposal tree, sharing existing prefixes;
+ * stops at the node budget. */
+static void tree_add(ngram_draft *g, const int32_t *cont, int len, int budget) {
+    int parent = -1;
+    for (int i = 0; i < len; i++) {
+        int found = -1;
+        for (int j = parent + 1; j < g->n_out; j++)
+            if (g->parent[j] == parent && g->out[j] == cont[i]) { found = j; break; }
+        if (found < 0) {
+            if (g->n_out == budget) return;
+            found = g->n_out++;
+            g->out[found] = cont[i];
+            g->parent[found] = parent;
+        }
+        parent = found;
+    }
+}
+
 static int ngram_lookup(ngram_draft *g, int max_n) {
     index_upto(g);
-    const int L = g->n;
+    const int L = g->n, nk = g->max - g->min + 1;
+    g->n_out = 0;
     for (int k = g->max < L - 1 ? g->max : L - 1; k >= g->min; k--) {
         const int32_t *tail = g->hist + L - k;
         size_t i = table_find(g, tail, k, gram_hash(tail, k));
         if (!g->slots[i].start1) continue;
-        int start = g->slots[i].start1 - 1 + k; /* first token after the match */
-        int n = L - start < max_n ? L - start : max_n;
-        memcpy(g->out, g->hist + start, (size_t)n * sizeof(int32_t));
-        return n;
+        int occ = g->slots[i].start1 - 1;
+        if (g->width <= 1) {
+            int start = occ + k;                 /* first token after the match */
+            int n = L - start < max_n ? L - start : max_n;
+            memcpy(g->out, g->hist + start, (size_t)n * sizeof(int32_t));
+            g->n_out = n;
+            return n;
+        }
+        const int per = max_n / g->width > 0 ? max_n / g->width : 1;
+        for (int w = 0; w < g->width && occ >= 0 && g->n_out < max_n; w++) {
+            int start = occ + k;
+            int n = L - start < per ? L - start : per;
+            tree_add(g, g->hist + start, n, max_n);
+            occ = g->next[(size_t)occ * nk + (k - g->min)];
+        }
+        return g->n_out;
     }
     return 0;
 }
@@ -135,6 +181,7 @@ static sp_draft *ngram_open(sp_drafter *d, const sp_target *t, sp_err *err) {
     ngram_draft *g = sp_xcalloc(1, sizeof *g);
     g->min = cfg->min;
     g->max = cfg->max;
+    g->width = cfg->width;
     s->drafter = d;
     s->impl = g;
     return s;
@@ -154,15 +201,16 @@ static int ngram_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n
     ngram_draft *g = s->impl;
     hist_push(g, feed, n_feed);
     g->n_out = max_n > 0 ? ngram_lookup(g, max_n < SP_MAX_DRAFT ? max_n : SP_MAX_DRAFT) : 0;
-    *out = (sp_proposal){ .n = g->n_out, .tokens = g->out };
+    *out = (sp_proposal){ .n = g->n_out, .tokens = g->out, .parent = g->width > 1 ? g->parent : NULL };
     return 0;
 }
 
-static void ngram_commit(sp_draft *s, int n_drafted, int n_accepted, const sp_taps *v) {
+static void ngram_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path,
+                         const sp_taps *v) {
     (void)v;
     ngram_draft *g = s->impl;
     (void)n_drafted;
-    hist_push(g, g->out, n_accepted);
+    for (int i = 0; i < n_accepted; i++) hist_push(g, &g->out[path ? path[i] : i], 1);
     g->n_out = 0;
 }
 
@@ -191,12 +239,14 @@ static int ngram_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *er
     }
     memcpy(g->hist, buf + off, bytes);
     g->n = n;
+    g->next = sp_xrealloc(g->next, (size_t)g->cap * (size_t)(g->max - g->min + 1) * sizeof(int32_t));
     return 0;
 }
 
 static void ngram_close(sp_draft *s) {
     ngram_draft *g = s->impl;
     free(g->hist);
+    free(g->next);
     free(g->slots);
     free(g);
     free(s);
@@ -214,6 +264,14 @@ static const sp_drafter_ops ngram_ops = {
 };
 
 sp_drafter *sp_ngram_create(int min_ngram, int max_ngram, sp_err *err) {
+    return sp_ngram_create_tree(min_ngram, max_ngram, 1, err);
+}
+
+sp_drafter *sp_ngram_create_tree(int min_ngram, int max_ngram, int width, sp_err *err) {
+    if (width < 1 || width > 8) {
+        sp_err_set(err, "ngram: tree width must be in [1, 8] (got %d)", width);
+        return NULL;
+    }
     if (min_ngram < 1 || max_ngram < min_ngram || max_ngram > 64) {
         sp_err_set(err, "ngram: need 1 <= ngram-min <= ngram-max <= 64 (got %d, %d)", min_ngram,
                    max_ngram);
@@ -223,6 +281,7 @@ sp_drafter *sp_ngram_create(int min_ngram, int max_ngram, sp_err *err) {
     ngram_drafter *c = sp_xmalloc(sizeof *c);
     c->min = min_ngram;
     c->max = max_ngram;
+    c->width = width;
     d->ops = &ngram_ops;
     d->impl = c;
     d->needs = 0;
@@ -230,5 +289,6 @@ sp_drafter *sp_ngram_create(int min_ngram, int max_ngram, sp_err *err) {
     d->default_draft_max = 10;
     snprintf(d->name, sizeof d->name, "ngram");
     snprintf(d->ns, sizeof d->ns, "ngram-history-v1:min=%d:max=%d", min_ngram, max_ngram);
+    /* the tree width changes proposals, not the state: same namespace */
     return d;
 }

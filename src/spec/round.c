@@ -1,11 +1,19 @@
 /* The round loop: propose, verify in one batched pass, accept, trim,
- * commit.  Plain decoding is the same loop with empty proposals. */
+ * commit.  Plain decoding is the same loop with empty proposals.
+ *
+ * A round has three phases so that a scheduler can verify the windows of
+ * many sequences in one target pass: sp_seq_plan (propose; describe the
+ * rows), the batched forward (the caller's), sp_seq_finish (accept walk,
+ * cache compaction, commit).  Prompts are prefilled through the same
+ * phases in chunks. */
 #include "spec/spec.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define SP_SHADOW_MAX 8          /* shadow proposals measure acceptance while not drafting */
+
+typedef enum { SEQ_PREFILL, SEQ_DECODE, SEQ_DONE } seq_state;
 
 struct sp_seq {
     const sp_model *m;
@@ -16,15 +24,24 @@ struct sp_seq {
     sp_gen_config cfg;
     sp_emit_fn emit;
     void *ud;
+    seq_state state;
+    int32_t *prompt;             /* (n_prompt) owned copy while prefilling */
+    int n_prompt, n_prefilled;
     float *logits;               /* (SP_MAX_DRAFT + 1, n_vocab) owned */
     int32_t pending;             /* last emitted token, not yet in the cache */
+    /* the round being verified */
     int32_t window[SP_MAX_DRAFT + 1];
+    int32_t wparent[SP_MAX_DRAFT + 1];
+    sp_proposal prop;
+    int n_draft, base, n_rows;
+    uint64_t t_plan;
+    /* adaptive length and shadow proposals */
     sp_adapt adapt;
     int32_t shadow[SP_SHADOW_MAX];
     int n_shadow, shadow_pos;    /* n_shadow = 0: no shadow proposal pending */
     sp_finish finish;
     sp_spec_stats st;
-    uint64_t t_start;
+    uint64_t t_start, t_prefill0;
 };
 
 const char *sp_finish_name(sp_finish f) {
@@ -42,6 +59,7 @@ sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_workspace *ws, sp_sampler
     q->m = m; q->kv = kv; q->ws = ws; q->smp = smp; q->draft = draft;
     q->cfg = *cfg;
     q->emit = emit; q->ud = ud;
+    q->state = SEQ_DONE;
     q->logits = sp_alloc_aligned((size_t)(SP_MAX_DRAFT + 1) * m->hp.n_vocab * sizeof(float));
     int cap = cfg->draft_max == SP_DRAFT_ADAPTIVE ? 16 : cfg->draft_max;
     sp_adapt_init(&q->adapt, cfg->cost, cap);
@@ -51,11 +69,13 @@ sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_workspace *ws, sp_sampler
 void sp_seq_free(sp_seq *q) {
     if (!q) return;
     sp_free_aligned(q->logits);
+    free(q->prompt);
     free(q);
 }
 
 sp_finish sp_seq_finished(const sp_seq *q) { return q->finish; }
 const sp_spec_stats *sp_seq_stats(const sp_seq *q) { return &q->st; }
+bool sp_seq_prefilling(const sp_seq *q) { return q->state == SEQ_PREFILL; }
 
 /* Shadow bookkeeping: compares an unverified proposal with what the target
  * actually emitted, to keep acceptance estimates fresh while not drafting. */
@@ -82,30 +102,32 @@ static bool emit_token(sp_seq *q, int32_t tok, bool drafted) {
     return false;
 }
 
-int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
+static void set_done(sp_seq *q, sp_finish f) {
+    if (!q->finish) q->finish = f;
+    q->state = SEQ_DONE;
+}
+
+int sp_seq_begin(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
     if (n_prompt <= 0) return sp_err_set(err, "generate: the prompt is empty");
     if (q->kv->n + n_prompt >= q->kv->n_ctx)
         return sp_err_set(err, "generate: the prompt (%d tokens) does not fit the context (%d)",
                           n_prompt, q->kv->n_ctx - q->kv->n);
-    uint64_t t0 = sp_now_ns();
-    if (sp_model_forward(q->m, q->kv, q->ws, prompt, n_prompt, SP_LOGITS_LAST, q->logits, err))
-        return -1;
+    free(q->prompt);
+    q->prompt = sp_xmalloc((size_t)n_prompt * sizeof(int32_t));
+    memcpy(q->prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
+    q->n_prompt = n_prompt;
+    q->n_prefilled = 0;
+    q->state = SEQ_PREFILL;
+    q->finish = SP_FINISH_NONE;
     q->st.n_prompt = n_prompt;
     q->st.requests = 1;
-    if (q->draft && q->draft->drafter->ops->prefill(q->draft, prompt, n_prompt, NULL, err)) return -1;
-    q->t_start = sp_now_ns();
-    q->st.prefill_ns = q->t_start - t0;
-    if (q->cfg.max_tokens <= 0) {
-        q->finish = SP_FINISH_LENGTH;
-        return 0;
-    }
-    const int32_t tok = sp_sampler_sample(q->smp, q->logits, (uint64_t)q->kv->n);
-    sp_sampler_accept(q->smp, tok);
-    q->pending = tok;
-    emit_token(q, tok, false);
-    q->st.total_ns = sp_now_ns() - q->t_start;
+    q->t_prefill0 = sp_now_ns();
     return 0;
 }
+
+/* ----------------------------------------------------------------------------
+ * Planning: the rows of the next pass
+ * ------------------------------------------------------------------------- */
 
 /* How many draft tokens this round may verify. */
 static int draft_budget(const sp_seq *q) {
@@ -133,84 +155,192 @@ static int propose(sp_seq *q, int budget, sp_proposal *prop, sp_err *err) {
     if (prop->n < 0 || prop->n > ask)
         return sp_err_set(err, "drafter '%s' proposed %d tokens, at most %d allowed",
                           q->draft->drafter->name, prop->n, ask);
+    for (int i = 0; prop->parent && i < prop->n; i++)
+        if (prop->parent[i] < -1 || prop->parent[i] >= i)
+            return sp_err_set(err, "drafter '%s' proposed a malformed tree", q->draft->drafter->name);
+    if (prop->parent && prop->q)
+        return sp_err_set(err, "drafter '%s': trees with draft distributions are not supported",
+                          q->draft->drafter->name);
     if (shadow) {
-        memcpy(q->shadow, prop->tokens, (size_t)prop->n * sizeof(int32_t));
-        q->n_shadow = prop->n;
+        /* a shadow follows one chain: the first root-to-leaf run */
+        int m = 0;
+        while (m < prop->n && (!prop->parent || prop->parent[m] == m - 1)) m++;
+        memcpy(q->shadow, prop->tokens, (size_t)m * sizeof(int32_t));
+        q->n_shadow = m;
         q->shadow_pos = 0;
-        ops->commit(q->draft, prop->n, 0, NULL);
+        ops->commit(q->draft, prop->n, 0, NULL, NULL);
         prop->n = 0;
     }
     q->st.draft_ns += sp_now_ns() - t0;
     return prop->n;
 }
 
-int sp_seq_step(sp_seq *q, sp_err *err) {
-    if (q->finish) return 0;
-    if (q->kv->n >= q->kv->n_ctx) { q->finish = SP_FINISH_CONTEXT; return 0; }
-    const int V = q->m->hp.n_vocab;
-    const uint64_t seed = sp_sampler_params_of(q->smp)->seed;
-    sp_proposal prop;
-    const int n = propose(q, draft_budget(q), &prop, err);
+int sp_seq_plan(sp_seq *q, int max_rows, sp_fwd_seq *fwd, sp_err *err) {
+    memset(fwd, 0, sizeof *fwd);
+    if (q->state == SEQ_DONE) return 0;
+    q->t_plan = sp_now_ns();
+    if (q->state == SEQ_PREFILL) {
+        int n = q->n_prompt - q->n_prefilled;
+        if (max_rows > 0 && n > max_rows) n = max_rows;
+        const bool last = q->n_prefilled + n == q->n_prompt;
+        *fwd = (sp_fwd_seq){ .kv = q->kv, .tokens = q->prompt + q->n_prefilled, .n = n,
+                             .mode = last ? SP_LOGITS_LAST : SP_LOGITS_NONE, .logits = q->logits };
+        q->n_rows = n;
+        return 0;
+    }
+    if (q->kv->n >= q->kv->n_ctx) { set_done(q, SP_FINISH_CONTEXT); return 0; }
+    const int n = propose(q, draft_budget(q), &q->prop, err);
     if (n < 0) return -1;
-
-    /* One batched target pass over [pending, d1..dn]. */
-    const int P = q->kv->n;      /* position of the pending token */
+    q->n_draft = n;
+    q->base = q->kv->n;          /* slot and position of the pending token */
     q->window[0] = q->pending;
-    memcpy(q->window + 1, prop.tokens, (size_t)n * sizeof(int32_t));
-    uint64_t t0 = sp_now_ns();
-    if (sp_model_forward(q->m, q->kv, q->ws, q->window, n + 1, SP_LOGITS_ALL, q->logits, err))
+    memcpy(q->window + 1, q->prop.tokens, (size_t)n * sizeof(int32_t));
+    if (q->prop.parent) {
+        q->wparent[0] = -1;
+        for (int i = 0; i < n; i++) q->wparent[i + 1] = q->prop.parent[i] + 1;
+    }
+    q->n_rows = n + 1;
+    *fwd = (sp_fwd_seq){ .kv = q->kv, .tokens = q->window, .n = n + 1,
+                         .parent = q->prop.parent ? q->wparent : NULL, .mode = SP_LOGITS_ALL,
+                         .logits = q->logits };
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------
+ * Finishing: what the pass decided
+ * ------------------------------------------------------------------------- */
+
+static int finish_prefill(sp_seq *q, sp_err *err) {
+    q->n_prefilled += q->n_rows;
+    if (q->n_prefilled < q->n_prompt) return 0;
+    if (q->draft && q->draft->drafter->ops->prefill(q->draft, q->prompt, q->n_prompt, NULL, err))
         return -1;
-    uint64_t t1 = sp_now_ns();
-    q->st.verify_ns += t1 - t0;
+    free(q->prompt);
+    q->prompt = NULL;
+    q->t_start = sp_now_ns();
+    q->st.prefill_ns = q->t_start - q->t_prefill0;
+    if (q->cfg.max_tokens <= 0) { set_done(q, SP_FINISH_LENGTH); return 0; }
+    q->state = SEQ_DECODE;
+    const int32_t tok = sp_sampler_sample(q->smp, q->logits, (uint64_t)q->kv->n);
+    sp_sampler_accept(q->smp, tok);
+    q->pending = tok;
+    if (emit_token(q, tok, false)) set_done(q, q->finish);
+    q->st.total_ns = sp_now_ns() - q->t_start;
+    return 0;
+}
+
+/* The child of window row `node` whose token is tok, or -1. */
+static int child_with(const sp_seq *q, int node, int32_t tok) {
+    if (!q->prop.parent) return node < q->n_draft && q->window[node + 1] == tok ? node + 1 : -1;
+    for (int j = node + 1; j <= q->n_draft; j++)
+        if (q->wparent[j] == node && q->window[j] == tok) return j;
+    return -1;
+}
+
+static bool has_child(const sp_seq *q, int node) {
+    if (!q->prop.parent) return node < q->n_draft;
+    for (int j = node + 1; j <= q->n_draft; j++)
+        if (q->wparent[j] == node) return true;
+    return false;
+}
+
+static int finish_round(sp_seq *q, sp_err *err) {
+    (void)err;
+    const int V = q->m->hp.n_vocab, n = q->n_draft, P = q->base;
+    const uint64_t seed = sp_sampler_params_of(q->smp)->seed;
+    const uint64_t t1 = sp_now_ns();
     q->st.forwards++;
 
-    /* Accept walk: row i predicts the token at position P + i + 1. */
-    int k = 0;
+    /* Accept walk from the pending token down the proposal: the row of the
+     * node at depth d predicts the token at position P + d + 1. */
+    int32_t keep[SP_MAX_DRAFT + 1], path[SP_MAX_DRAFT];
+    int n_keep = 1, k = 0, node = 0;
+    keep[0] = 0;
     int32_t tok = -1;
     bool last_matched = false;
-    for (int i = 0; i <= n; i++) {
-        const float *row = q->logits + (size_t)i * V;
-        const uint64_t pos = (uint64_t)(P + i + 1);
-        bool matched;
-        if (prop.q && i < n) {
+    for (;;) {
+        const float *row = q->logits + (size_t)node * V;
+        const uint64_t pos = (uint64_t)(P + k + 1);
+        int child = -1;
+        if (q->prop.q && node < n) {   /* chains only: node == k */
             int nc;
+            bool acc;
             const sp_cand *c = sp_sampler_dist(q->smp, row, &nc);
-            tok = sp_verify_specsample(c, nc, prop.q + (size_t)i * V, V, prop.tokens[i],
-                                       sp_rng_uniform(seed, pos, 1), sp_rng_uniform(seed, pos, 2),
-                                       &matched);
+            tok = sp_verify_specsample(c, nc, q->prop.q + (size_t)node * V, V, q->window[node + 1],
+                                       sp_rng_uniform(seed, pos, 1), sp_rng_uniform(seed, pos, 2), &acc);
+            child = acc ? node + 1 : -1;
         } else {
             tok = sp_sampler_sample(q->smp, row, pos);
-            matched = i < n && tok == prop.tokens[i];
+            child = has_child(q, node) ? child_with(q, node, tok) : -1;
         }
         sp_sampler_accept(q->smp, tok);
-        if (matched) k++;
-        last_matched = matched;
-        if (emit_token(q, tok, matched) || !matched) break;
+        last_matched = child >= 0;
+        if (last_matched) {
+            path[k++] = child - 1;
+            keep[n_keep++] = child;
+            node = child;
+        }
+        if (emit_token(q, tok, last_matched) || !last_matched) break;
     }
     /* The cache keeps every emitted token except the last, which becomes the
      * pending token (as in plain decoding): the old pending token and the
      * accepted drafts, minus the last draft if the request stopped on it. */
-    sp_kv_trim(q->kv, P + 1 + k - (last_matched ? 1 : 0));
+    sp_kv_keep_path(q->kv, P, keep, n_keep - (last_matched ? 1 : 0));
     q->pending = tok;
     q->st.sample_ns += sp_now_ns() - t1;
 
     if (q->draft && n > 0) {
         uint64_t t2 = sp_now_ns();
-        q->draft->drafter->ops->commit(q->draft, n, k, NULL);
+        q->draft->drafter->ops->commit(q->draft, n, k, q->prop.parent ? path : NULL, NULL);
         q->st.draft_ns += sp_now_ns() - t2;
     }
     q->st.rounds++;
     if (n > 0) {
+        /* per depth: was there a draft token at depth d, and was one accepted */
+        int max_depth = 0, depth[SP_MAX_DRAFT + 1];
+        depth[0] = 0;
+        for (int j = 1; j <= n; j++) {
+            depth[j] = q->prop.parent ? depth[q->wparent[j]] + 1 : j;
+            if (depth[j] > max_depth) max_depth = depth[j];
+        }
         q->st.spec_rounds++;
         q->st.drafted += n;
         q->st.accepted += k;
-        for (int i = 0; i < n && i < SP_STAT_POSITIONS; i++) {
-            q->st.pos_drafted[i]++;
-            if (i < k) q->st.pos_accepted[i]++;
+        for (int d = 0; d < max_depth && d < SP_STAT_POSITIONS; d++) {
+            q->st.pos_drafted[d]++;
+            if (d < k) q->st.pos_accepted[d]++;
         }
-        sp_adapt_observe(&q->adapt, n, k);
+        sp_adapt_observe(&q->adapt, q->prop.parent ? max_depth : n, k);
     }
+    if (q->finish) set_done(q, q->finish);
     q->st.total_ns = sp_now_ns() - q->t_start;
+    return 0;
+}
+
+int sp_seq_finish(sp_seq *q, uint64_t verify_ns, sp_err *err) {
+    if (q->state == SEQ_DONE) return 0;
+    if (q->state == SEQ_PREFILL) return finish_prefill(q, err);
+    q->st.verify_ns += verify_ns;
+    return finish_round(q, err);
+}
+
+/* ----------------------------------------------------------------------------
+ * One sequence alone
+ * ------------------------------------------------------------------------- */
+
+int sp_seq_step(sp_seq *q, sp_err *err) {
+    sp_fwd_seq f;
+    if (sp_seq_plan(q, 0, &f, err)) return -1;
+    if (!f.n) return 0;
+    uint64_t t0 = sp_now_ns();
+    if (sp_model_forward_batch(q->m, q->ws, &f, 1, err)) return -1;
+    return sp_seq_finish(q, sp_now_ns() - t0, err);
+}
+
+int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
+    if (sp_seq_begin(q, prompt, n_prompt, err)) return -1;
+    while (q->state == SEQ_PREFILL)
+        if (sp_seq_step(q, err)) return -1;
     return 0;
 }
 
@@ -219,7 +349,7 @@ int sp_generate(const sp_model *m, sp_kv *kv, sp_workspace *ws, sp_sampler *smp,
                 void *ud, sp_spec_stats *stats, sp_finish *finish, sp_err *err) {
     sp_seq *q = sp_seq_create(m, kv, ws, smp, draft, cfg, emit, ud);
     int rc = sp_seq_start(q, prompt, n_prompt, err);
-    while (rc == 0 && !q->finish) rc = sp_seq_step(q, err);
+    while (rc == 0 && q->state != SEQ_DONE) rc = sp_seq_step(q, err);
     if (stats) *stats = q->st;
     if (finish) *finish = q->finish;
     sp_seq_free(q);

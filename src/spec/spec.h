@@ -84,10 +84,13 @@ typedef struct sp_drafter_ops {
      * proposes up to max_n tokens.  max_n = 0 only absorbs the feed. */
     int (*propose)(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
                    sp_err *err);
-    /* The outcome of the last proposal: its first n_accepted tokens were
-     * emitted (rejected ones must not enter the draft's state; the
-     * correction/bonus arrives as the next feed). */
-    void (*commit)(sp_draft *s, int n_drafted, int n_accepted, const sp_taps *verified);
+    /* The outcome of the last proposal: n_accepted of its tokens were
+     * emitted, in order: path[0..n_accepted) are their indices in the
+     * proposal (for a chain path is NULL and they are the first
+     * n_accepted).  Rejected tokens must not enter the draft's state; the
+     * correction/bonus arrives as the next feed. */
+    void (*commit)(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path,
+                   const sp_taps *verified);
     /* Serialises the draft's state (after its namespace header) into a new
      * malloc'd buffer; restore accepts only a matching namespace. */
     int (*checkpoint)(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err);
@@ -132,6 +135,8 @@ long sp_ckpt_check(const sp_drafter *d, const uint8_t *buf, size_t len, sp_err *
  * max_ngram down to min_ngram, at its first occurrence; proposes the
  * tokens that followed it.  Incremental hash index: O(max-min+1) per token. */
 sp_drafter *sp_ngram_create(int min_ngram, int max_ngram, sp_err *err);
+/* Tree proposals: the continuations of the first `width` occurrences. */
+sp_drafter *sp_ngram_create_tree(int min_ngram, int max_ngram, int width, sp_err *err);
 
 /* Suffix-tree drafting (SuffixDecoding, Oliaro et al., NeurIPS 2025).  A
  * depth-bounded suffix trie over the request's history (prompt + output)
@@ -172,7 +177,7 @@ typedef struct sp_drafter_opts {
     int ngram_min, ngram_max;
     float suffix_factor, suffix_min_prob;
     int suffix_max_depth;
-    int tree_width;                  /* tree proposals where the drafter makes them (suffix) */
+    int tree_width;                  /* tree proposals (ngram, suffix); 0/1 = chains */
 } sp_drafter_opts;
 sp_drafter *sp_drafter_create(const char *name, const sp_drafter_opts *o, sp_err *err);
 
@@ -280,9 +285,20 @@ typedef struct sp_seq sp_seq;
 sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_workspace *ws, sp_sampler *smp,
                       sp_draft *draft, const sp_gen_config *cfg, sp_emit_fn emit, void *ud);
 void sp_seq_free(sp_seq *q);
-/* Prefills the prompt, samples and emits the first token. */
+/* Starts a generation: the prompt (copied) is prefilled by the next plans. */
+int sp_seq_begin(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err);
+bool sp_seq_prefilling(const sp_seq *q);
+/* Plans the next pass of this sequence into fwd: a prompt chunk of at most
+ * max_rows (0 = all), or the verification window [pending, drafts...].
+ * fwd->n == 0 when there is nothing to run (finished). */
+int sp_seq_plan(sp_seq *q, int max_rows, sp_fwd_seq *fwd, sp_err *err);
+/* After the caller ran the planned rows (alone or batched with other
+ * sequences' rows): accept walk, cache compaction, commit, emission.
+ * verify_ns is the pass's time, for statistics. */
+int sp_seq_finish(sp_seq *q, uint64_t verify_ns, sp_err *err);
+/* begin + prefill through sp_seq_step until the first token is emitted. */
 int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err);
-/* Runs one round (propose, verify, accept); returns 0 or -1 + err. */
+/* plan + forward of this sequence alone + finish. */
 int sp_seq_step(sp_seq *q, sp_err *err);
 sp_finish sp_seq_finished(const sp_seq *q);
 const sp_spec_stats *sp_seq_stats(const sp_seq *q);

@@ -135,14 +135,14 @@ static int suffix_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_
     return 0;
 }
 
-/* The round loop verifies the proposal in array order, so the accepted
- * tokens are its first n_accepted (for a tree: the start of its first
- * root-to-leaf run, which is the most probable chain). */
-static void suffix_commit(sp_draft *s, int n_drafted, int n_accepted, const sp_taps *v) {
+/* The accepted tokens are the proposal's first n_accepted for a chain, or
+ * the nodes named by path for a tree. */
+static void suffix_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path,
+                          const sp_taps *v) {
     (void)v; (void)n_drafted;
     suffix_draft *g = s->impl;
     if (n_accepted > g->n_out) n_accepted = g->n_out;
-    if (n_accepted > 0) sp_sfx_append(g->local, g->out, n_accepted);
+    for (int i = 0; i < n_accepted; i++) sp_sfx_append(g->local, &g->out[path ? path[i] : i], 1);
     g->n_out = 0;
 }
 

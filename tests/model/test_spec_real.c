@@ -30,6 +30,7 @@ typedef struct fixture {
     sp_pool *pool;
     sp_workspace *ws;
     sp_drafter *ngram;
+    sp_drafter *tree;            /* ngram with tree proposals (width 3) */
     sp_cost_curve cheap;         /* makes the adaptive controller draft */
 } fixture;
 
@@ -42,6 +43,7 @@ static int setup(void **state, const char *file) {
     f->pool = sp_pool_create(2);
     f->ws = sp_workspace_create(f->m, 64, f->pool);
     f->ngram = sp_ngram_create(1, 3, &err);
+    f->tree = sp_ngram_create_tree(1, 3, 3, &err);
     for (int k = 1; k <= SP_MAX_DRAFT + 1; k++) f->cheap.t[k] = 1.0 + 0.05 * (k - 1);
     f->cheap.valid = true;
     *state = f;
@@ -52,6 +54,7 @@ static int setup_gemma(void **s) { return setup(s, SP_TEST_GEMMA3); }
 static int teardown(void **state) {
     fixture *f = *state;
     sp_drafter_free(f->ngram);
+    sp_drafter_free(f->tree);
     sp_workspace_free(f->ws);
     sp_pool_free(f->pool);
     sp_tokenizer_free(f->tok);
@@ -78,15 +81,15 @@ static void prompt_tokens(const fixture *f, const char *user, sp_tokens *out) {
 }
 
 /* Runs one generation; returns its stats. */
-static sp_spec_stats gen(fixture *f, const sp_tokens *p, float temp, int draft_max, bool spec,
-                         int max_tokens, int n_ctx, run_out *o, sp_finish *fin, int *kv_n) {
+static sp_spec_stats gen_with(fixture *f, sp_drafter *dr, const sp_tokens *p, float temp, int draft_max,
+                              bool spec, int max_tokens, int n_ctx, run_out *o, sp_finish *fin, int *kv_n) {
     sp_err err;
     sp_sampler_params sp = sp_sampler_defaults();
     sp.temperature = temp; sp.top_k = 40; sp.top_p = 0.95f; sp.seed = 1234;
     sp_sampler *smp = sp_sampler_create(&sp, f->m->hp.n_vocab);
     sp_kv *kv = sp_kv_create(f->m, n_ctx);
     sp_target t = sp_target_of(f->m);
-    sp_draft *d = spec ? sp_draft_open(f->ngram, &t, &err) : NULL;
+    sp_draft *d = spec ? sp_draft_open(dr, &t, &err) : NULL;
     sp_gen_config cfg = { .max_tokens = max_tokens, .draft_max = spec ? draft_max : 0, .cost = &f->cheap };
     sp_spec_stats st;
     o->n = 0;
@@ -97,6 +100,11 @@ static sp_spec_stats gen(fixture *f, const sp_tokens *p, float temp, int draft_m
     sp_kv_free(kv);
     sp_sampler_free(smp);
     return st;
+}
+
+static sp_spec_stats gen(fixture *f, const sp_tokens *p, float temp, int draft_max, bool spec,
+                         int max_tokens, int n_ctx, run_out *o, sp_finish *fin, int *kv_n) {
+    return gen_with(f, f->ngram, p, temp, draft_max, spec, max_tokens, n_ctx, o, fin, kv_n);
 }
 
 static void assert_same(const run_out *a, const run_out *b, const char *what) {
@@ -110,18 +118,24 @@ static void assert_same(const run_out *a, const run_out *b, const char *what) {
 
 static void test_lossless(void **state) {
     fixture *f = *state;
-    int64_t drafted = 0, accepted = 0;
+    int64_t drafted = 0, accepted = 0, tree_accepted = 0;
     for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
         sp_tokens p = { 0 };
         prompt_tokens(f, prompts[i], &p);
         const float temps[] = { 0.0f, 0.8f };
         for (int ti = 0; ti < 2; ti++) {
             run_out plain = { .tok = f->tok }, fixed = { .tok = f->tok }, adapt = { .tok = f->tok };
-            sp_finish f1, f2, f3;
+            run_out tree = { .tok = f->tok };
+            sp_finish f1, f2, f3, f4;
             gen(f, &p, temps[ti], 0, false, 40, 1024, &plain, &f1, NULL);
             sp_spec_stats s2 = gen(f, &p, temps[ti], 5, true, 40, 1024, &fixed, &f2, NULL);
             sp_spec_stats s3 = gen(f, &p, temps[ti], SP_DRAFT_ADAPTIVE, true, 40, 1024, &adapt, &f3, NULL);
+            sp_spec_stats s4 = gen_with(f, f->tree, &p, temps[ti], 8, true, 40, 1024, &tree, &f4, NULL);
             char what[64];
+            snprintf(what, sizeof what, "prompt %zu, T=%.1f, tree of width 3", i, (double)temps[ti]);
+            assert_same(&plain, &tree, what);
+            assert_int_equal(f1, f4);
+            tree_accepted += s4.accepted;
             snprintf(what, sizeof what, "prompt %zu, T=%.1f, draft 5", i, (double)temps[ti]);
             assert_same(&plain, &fixed, what);
             snprintf(what, sizeof what, "prompt %zu, T=%.1f, adaptive", i, (double)temps[ti]);
@@ -133,8 +147,10 @@ static void test_lossless(void **state) {
         }
         sp_tokens_free(&p);
     }
-    printf("# drafted %lld, accepted %lld\n", (long long)drafted, (long long)accepted);
+    printf("# drafted %lld, accepted %lld; trees accepted %lld\n", (long long)drafted,
+           (long long)accepted, (long long)tree_accepted);
     assert_true(accepted > 0);   /* the test really exercised accepted drafts */
+    assert_true(tree_accepted > 0);
 }
 
 /* A stop on a token that came from an accepted draft (as an EOS or a stop

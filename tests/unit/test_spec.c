@@ -49,18 +49,18 @@ static void test_ngram_basic(void **st) {
     assert_null(p.parent);
     const int32_t want[] = { 8, 9, 5, 6 };
     assert_memory_equal(p.tokens, want, sizeof want);
-    d->ops->commit(s, 4, 2, NULL);          /* 8, 9 accepted; correction arrives as feed */
+    d->ops->commit(s, 4, 2, NULL, NULL);          /* 8, 9 accepted; correction arrives as feed */
     feed = 3;                               /* history: ... 7 8 9 3 -> no 3 before: k=1 "3" unseen */
     assert_int_equal(d->ops->propose(s, &feed, 1, 4, &p, &err), 0);
     assert_int_equal(p.n, 0);
-    d->ops->commit(s, 0, 0, NULL);
+    d->ops->commit(s, 0, 0, NULL, NULL);
     feed = 9;                               /* "... 9 3 9": longest match "9" at 4 -> 5 6 7 1 */
     assert_int_equal(d->ops->propose(s, &feed, 1, 3, &p, &err), 0);
     const int32_t want2[] = { 5, 6, 7 };
     assert_int_equal(p.n, 3);
     assert_memory_equal(p.tokens, want2, sizeof want2);
     /* max_n = 0 only absorbs the feed */
-    d->ops->commit(s, 3, 0, NULL);
+    d->ops->commit(s, 3, 0, NULL, NULL);
     feed = 5;
     assert_int_equal(d->ops->propose(s, &feed, 1, 0, &p, &err), 0);
     assert_int_equal(p.n, 0);
@@ -96,7 +96,7 @@ static void test_ngram_matches_reference(void **st) {
             int k = p.n ? (int)(sp_rng_next(&r) % (uint64_t)(p.n + 1)) : 0;
             memcpy(hist + L, p.tokens, (size_t)k * sizeof(int32_t));
             L += k;
-            d->ops->commit(s, p.n, k, NULL);
+            d->ops->commit(s, p.n, k, NULL, NULL);
         }
         sp_draft_close(s);
         sp_drafter_free(d);
@@ -130,7 +130,7 @@ static void test_ngram_long_history(void **st) {
             assert_int_equal(p.n, wn);
             assert_memory_equal(p.tokens, want, (size_t)wn * sizeof(int32_t));
         }
-        d->ops->commit(s, p.n, 0, NULL);
+        d->ops->commit(s, p.n, 0, NULL, NULL);
     }
     double us = (double)(sp_now_ns() - t0) / 1e3 / rounds;
     printf("# ngram on a %d-token history: %.2f us per round (incl. index build amortised)\n", L0, us);
@@ -169,6 +169,52 @@ static void test_ngram_checkpoint(void **st) {
     free(blob);
     sp_draft_close(s); sp_draft_close(t); sp_draft_close(u);
     sp_drafter_free(d); sp_drafter_free(d2); sp_drafter_free(d3);
+}
+
+/* Tree proposals: the continuations of the first W occurrences, merged on
+ * shared prefixes, parents before children, within the budget. */
+static void test_ngram_tree(void **st) {
+    (void)st;
+    sp_err err;
+    sp_drafter *d = sp_ngram_create_tree(1, 2, 3, &err);
+    assert_non_null(d);
+    sp_target t = { NULL, 0 };
+    sp_draft *s = sp_draft_open(d, &t, &err);
+    /* "7 8" occurs followed by 1 2, by 1 3 and by 4 5 */
+    const int32_t prompt[] = { 7, 8, 1, 2, 0, 7, 8, 1, 3, 0, 7, 8, 4, 5, 0, 9, 7 };
+    assert_int_equal(d->ops->prefill(s, prompt, 17, NULL, &err), 0);
+    sp_proposal p;
+    int32_t feed = 8;
+    assert_int_equal(d->ops->propose(s, &feed, 1, 6, &p, &err), 0);
+    assert_non_null(p.parent);
+    /* branches of 6/3 = 2 tokens: 1-2, 1-3 (shares 1), 4-5 */
+    const int32_t tok[] = { 1, 2, 3, 4, 5 }, par[] = { -1, 0, 0, -1, 3 };
+    assert_int_equal(p.n, 5);
+    assert_memory_equal(p.tokens, tok, sizeof tok);
+    assert_memory_equal(p.parent, par, sizeof par);
+    /* accepted path 1 -> 3 enters the history */
+    const int32_t path[] = { 0, 2 };
+    d->ops->commit(s, 5, 2, path, NULL);
+    uint8_t *blob;
+    size_t len;
+    assert_int_equal(sp_draft_checkpoint(s, &blob, &len, &err), 0);
+    size_t n = (len - sp_ckpt_header(d, NULL, 0)) / sizeof(int32_t);
+    assert_int_equal(n, 20);
+    int32_t h[20];
+    memcpy(h, blob + sp_ckpt_header(d, NULL, 0), sizeof h);
+    assert_int_equal(h[18], 1);
+    assert_int_equal(h[19], 3);
+    free(blob);
+    /* a budget smaller than the branches cuts the tree */
+    feed = 0;
+    assert_int_equal(d->ops->propose(s, &feed, 1, 0, &p, &err), 0);
+    d->ops->commit(s, 0, 0, NULL, NULL);
+    feed = 7;
+    assert_int_equal(d->ops->propose(s, &feed, 1, 1, &p, &err), 0);
+    assert_int_equal(p.n, 1);
+    sp_draft_close(s);
+    sp_drafter_free(d);
+    assert_null(sp_ngram_create_tree(1, 3, 9, &err));
 }
 
 static void test_ngram_bad_params(void **st) {
@@ -309,7 +355,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ngram_basic), cmocka_unit_test(test_ngram_matches_reference),
         cmocka_unit_test(test_ngram_long_history), cmocka_unit_test(test_ngram_checkpoint),
-        cmocka_unit_test(test_ngram_bad_params), cmocka_unit_test(test_capability_refusal),
+        cmocka_unit_test(test_ngram_tree), cmocka_unit_test(test_ngram_bad_params), cmocka_unit_test(test_capability_refusal),
         cmocka_unit_test(test_specsample_distribution), cmocka_unit_test(test_specsample_degenerate),
         cmocka_unit_test(test_adapt), cmocka_unit_test(test_stats),
     };

@@ -562,11 +562,11 @@ static void test_drafter_global(void **st) {
     assert_int_equal(p.tokens[0], 6);
     assert_null(p.parent);
     assert_null(p.q);
-    d->ops->commit(s, 1, 1, NULL);
+    d->ops->commit(s, 1, 1, NULL, NULL);
     assert_int_equal(d->ops->propose(s, &out[2], 1, 8, &p, &err), 0);
     assert_int_equal(p.n, 3);              /* match "5 6 7" -> 8 9 10 */
     assert_memory_equal(p.tokens, out + 3, 3 * sizeof(int32_t));
-    d->ops->commit(s, 3, 1, NULL);         /* 8 accepted, 9 and 10 rejected */
+    d->ops->commit(s, 3, 1, NULL, NULL);         /* 8 accepted, 9 and 10 rejected */
     const int32_t corr = 50;
     assert_int_equal(d->ops->propose(s, &corr, 1, 8, &p, &err), 0);
     assert_int_equal(p.n, 0);              /* "... 8 50" never seen */
@@ -695,8 +695,8 @@ static void test_checkpoint(void **st) {
         assert_memory_equal(pa.tokens, pb.tokens, (size_t)pa.n * sizeof(int32_t));
         compared += pa.n;
         const int k = pa.n ? (int)(sp_rng_next(&r) % (uint64_t)(pa.n + 1)) : 0;
-        d->ops->commit(a, pa.n, k, NULL);
-        d->ops->commit(b, pb.n, k, NULL);
+        d->ops->commit(a, pa.n, k, NULL, NULL);
+        d->ops->commit(b, pb.n, k, NULL, NULL);
     }
     assert_true(compared > 100);
 
@@ -855,7 +855,7 @@ static void *work(void *arg) {
             if (p.n < 0 || p.n > 8) w->bad++;
             int k = 0;
             while (k < p.n && i + k < 300 && p.tokens[k] == text[i + k]) k++;
-            ops->commit(s, p.n, k, NULL);
+            ops->commit(s, p.n, k, NULL, NULL);
             i += k;
             w->proposed += p.n;
         }
