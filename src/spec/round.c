@@ -42,6 +42,7 @@ struct sp_seq {
     sp_finish finish;
     sp_spec_stats st;
     uint64_t t_start, t_prefill0;
+    const float *emit_row;       /* (n_vocab) logits of the token being emitted, NULL outside */
 };
 
 const char *sp_finish_name(sp_finish f) {
@@ -75,6 +76,7 @@ void sp_seq_free(sp_seq *q) {
 
 sp_finish sp_seq_finished(const sp_seq *q) { return q->finish; }
 const sp_spec_stats *sp_seq_stats(const sp_seq *q) { return &q->st; }
+const float *sp_seq_emit_logits(const sp_seq *q) { return q->emit_row; }
 bool sp_seq_prefilling(const sp_seq *q) { return q->state == SEQ_PREFILL; }
 
 /* Shadow bookkeeping: compares an unverified proposal with what the target
@@ -87,11 +89,15 @@ static void shadow_see(sp_seq *q, int32_t tok) {
     q->n_shadow = 0;
 }
 
-/* Hands one token to the caller; returns true when the request is over. */
-static bool emit_token(sp_seq *q, int32_t tok, bool drafted) {
+/* Hands one token, sampled from logit row `row`, to the caller; returns
+ * true when the request is over. */
+static bool emit_token(sp_seq *q, int32_t tok, bool drafted, const float *row) {
     q->st.emitted++;
     shadow_see(q, tok);
-    if (q->emit(q->ud, tok, drafted) == SP_EMIT_STOP) {
+    q->emit_row = row;
+    const sp_emit_result r = q->emit(q->ud, tok, drafted);
+    q->emit_row = NULL;
+    if (r == SP_EMIT_STOP) {
         q->finish = SP_FINISH_STOP;
         return true;
     }
@@ -224,7 +230,7 @@ static int finish_prefill(sp_seq *q, sp_err *err) {
     const int32_t tok = sp_sampler_sample(q->smp, q->logits, (uint64_t)q->kv->n);
     sp_sampler_accept(q->smp, tok);
     q->pending = tok;
-    if (emit_token(q, tok, false)) set_done(q, q->finish);
+    if (emit_token(q, tok, false, q->logits)) set_done(q, q->finish);
     q->st.total_ns = sp_now_ns() - q->t_start;
     return 0;
 }
@@ -280,7 +286,7 @@ static int finish_round(sp_seq *q, sp_err *err) {
             keep[n_keep++] = child;
             node = child;
         }
-        if (emit_token(q, tok, last_matched) || !last_matched) break;
+        if (emit_token(q, tok, last_matched, row) || !last_matched) break;
     }
     /* The cache keeps every emitted token except the last, which becomes the
      * pending token (as in plain decoding): the old pending token and the

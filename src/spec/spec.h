@@ -302,6 +302,10 @@ int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err);
 int sp_seq_step(sp_seq *q, sp_err *err);
 sp_finish sp_seq_finished(const sp_seq *q);
 const sp_spec_stats *sp_seq_stats(const sp_seq *q);
+/* Inside the emit callback: the target's logit row (n_vocab floats, before
+ * any sampler transform) from which the token being emitted was sampled
+ * (borrowed; NULL outside the callback).  For logprobs. */
+const float *sp_seq_emit_logits(const sp_seq *q);
 
 /* Convenience: start and step until finished. */
 int sp_generate(const sp_model *m, sp_kv *kv, sp_workspace *ws, sp_sampler *smp, sp_draft *draft,
