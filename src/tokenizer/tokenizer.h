@@ -163,4 +163,36 @@ int sp_chat_render(sp_chat_format f, const sp_chat_msg *msgs, int n_msgs,
  * does not fit in cap bytes with its NUL. */
 const char *sp_chat_default_system(const sp_gguf *g, char *buf, size_t cap);
 
+/* ------------------------------------------------------------------------
+ * Stop strings for streamed generation (stop.c).  Generated text is pushed
+ * as it is detokenized; a byte is released only once no stop string can
+ * begin at it (the longest tail that is a proper prefix of a stop string
+ * is held back, never half a UTF-8 character), so a stop string split over
+ * several tokens is found before any of it is released, and the released
+ * text ends right before the earliest stop string.  Text may contain NUL.
+ * ---------------------------------------------------------------------- */
+typedef struct sp_stop {
+    char **stops;            /* (n_stops) owned copies */
+    size_t *lens;            /* (n_stops) */
+    int n_stops;
+    char *buf;               /* pending text, owned */
+    size_t n, cap;
+    size_t out_n;            /* bytes handed out by the last release */
+    bool hit;                /* a stop string appeared */
+} sp_stop;
+
+/* Copies the stop strings; an empty (or NULL) one gives -1 + err.  With no
+ * stop strings every pushed byte is released at once. */
+int sp_stop_init(sp_stop *s, const char *const *stops, int n_stops, sp_err *err);
+void sp_stop_free(sp_stop *s);
+/* Appends n bytes of generated text.  Returns true once a stop string has
+ * appeared (now or earlier): the text from its first byte on is dropped and
+ * later pushes are ignored. */
+bool sp_stop_push(sp_stop *s, const char *text, size_t n);
+/* The text that is safe to show now, consumed: *len bytes at the returned
+ * pointer (owned by s, valid until the next push or release).  All pending
+ * text when final or after a stop string appeared. */
+const char *sp_stop_release(sp_stop *s, bool final, size_t *len);
+bool sp_stop_hit(const sp_stop *s);
+
 #endif /* SP_TOKENIZER_H */
