@@ -1,5 +1,6 @@
 /*
- * gguf — reading GGUF model files (versions 2 and 3).
+ * gguf — reading GGUF model files (versions 2 and 3), and writing them
+ * (version 3; the writer's contract is in its section at the end).
  *
  * The file is memory-mapped read-only and never copied: tensor data and
  * strings point into the mapping and live as long as the sp_gguf handle.
@@ -123,5 +124,75 @@ const sp_gguf_tensor *sp_gguf_find_tensor(const sp_gguf *g, const char *name);
 bool sp_str_eq(sp_str s, const char *cstr);
 /* Copies into buf as a NUL-terminated string (truncating to cap-1). */
 const char *sp_str_cpy(sp_str s, char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------
+ * Writing GGUF files (gguf_write.c)
+ *
+ * A writer collects metadata pairs and tensor infos, then writes a GGUF
+ * version 3 file in one pass: header, metadata pairs in order, tensor
+ * infos in order, zero padding up to the alignment, then each tensor's
+ * data at an offset that is a multiple of the alignment, zero-padded after
+ * it (so the file size is a multiple of the alignment too, as ggml writes
+ * it).  The alignment is general.alignment when that key is set, else 32.
+ *
+ * Ownership: keys, tensor names and metadata values are copied into the
+ * writer, so a source sp_gguf may be closed right after copying from it.
+ * Tensor data is not copied: it is either borrowed (the pointer must stay
+ * valid until sp_gguf_writer_write returns) or produced at write time by a
+ * fill callback, one tensor at a time, into a buffer the writer owns; so
+ * converting a model never holds more than one converted tensor.
+ *
+ * The writer refuses what sp_gguf_open would refuse (empty or NUL-holding
+ * keys and names, duplicate tensor names, unknown types, BOOL values other
+ * than 0/1, arrays nested deeper than 8, bad shapes, ne[0] not a multiple
+ * of the block size, a general.alignment that is not a UINT32 power of
+ * two) and values that do not fit their type (an integer out of its type's
+ * range, a finite FLOAT32 beyond float range), so every file it writes
+ * opens.  The host must be little-endian (as for reading).
+ * ---------------------------------------------------------------------- */
+typedef struct sp_gguf_writer sp_gguf_writer;
+
+sp_gguf_writer *sp_gguf_writer_create(void);      /* empty: no pairs, no tensors */
+void sp_gguf_writer_free(sp_gguf_writer *w);
+
+/* Sets key to a deep copy of val.  An existing key keeps its position and
+ * gets the new value; a new key is appended.  Fails (and leaves the writer
+ * unchanged) on an invalid key or value. */
+int sp_gguf_writer_set(sp_gguf_writer *w, const char *key, const sp_gguf_value *val, sp_err *err);
+int sp_gguf_writer_set_u32(sp_gguf_writer *w, const char *key, uint32_t v, sp_err *err);
+int sp_gguf_writer_set_str(sp_gguf_writer *w, const char *key, const char *s, sp_err *err);
+/* Copies every metadata pair of src in its order (with set's semantics, so
+ * pairs already in the writer are overwritten in place). */
+int sp_gguf_writer_copy_kv(sp_gguf_writer *w, const sp_gguf *src, sp_err *err);
+/* Removes key; true if it was present. */
+bool sp_gguf_writer_remove(sp_gguf_writer *w, const char *key);
+uint64_t sp_gguf_writer_n_kv(const sp_gguf_writer *w);
+/* The writer's copy of key's value (owned by the writer, valid until the
+ * key is set again or removed), or NULL. */
+const sp_gguf_value *sp_gguf_writer_get(const sp_gguf_writer *w, const char *key);
+
+/* Adds a tensor info: name (copied), n_dims 1..4 dims ne[0..n_dims) (ne[0]
+ * fastest), type (sp_dtype).  data is the tensor's bytes (borrowed until
+ * write returns; its size is what type and shape imply), or NULL to have
+ * the fill callback produce them.  Returns the tensor's index (the order
+ * of the file), or -1 and err. */
+int64_t sp_gguf_writer_add_tensor(sp_gguf_writer *w, const char *name, uint32_t type,
+                                  uint32_t n_dims, const uint64_t *ne, const void *data,
+                                  sp_err *err);
+uint64_t sp_gguf_writer_n_tensors(const sp_gguf_writer *w);
+
+/* Produces tensor `index`'s n_bytes bytes into dst (every byte).  Returns
+ * 0, or -1 with err filled; the write then fails with that message. */
+typedef int (*sp_gguf_fill_fn)(void *ctx, uint64_t index, void *dst, uint64_t n_bytes,
+                               sp_err *err);
+
+/* Writes the file.  fill (with ctx) is called in tensor order for the
+ * tensors added without data; it may be NULL if there are none.  The bytes
+ * go to a temporary file in path's directory that is flushed to disk and
+ * then renamed over path: path is only ever the old file or the complete
+ * new one, and on failure the temporary file is removed.  Errors read
+ * "gguf: writing 'PATH': <what>" (I/O errors with the system's reason). */
+int sp_gguf_writer_write(sp_gguf_writer *w, const char *path, sp_gguf_fill_fn fill, void *ctx,
+                         sp_err *err);
 
 #endif /* SP_GGUF_H */
