@@ -14,7 +14,8 @@ CSTD     := -std=c11 -D_GNU_SOURCE
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 INC      := -Iinclude -Isrc
 PCRE_LIBS := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
-LIBS     := $(PCRE_LIBS) -ljansson -lpthread -lm
+MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+LIBS     := $(PCRE_LIBS) $(MHD_LIBS) -ljansson -lpthread -lm
 TEST_LIBS := -lcmocka
 
 BUILD    ?= release
@@ -33,7 +34,7 @@ CFLAGS_ALL := $(CSTD) $(WARN) $(INC) $(OPT) $(CFLAGS)
 LDFLAGS_ALL := $(OPT) $(LDFLAGS)
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/gguf/*.c src/kernels/*.c src/model/*.c \
-              src/tokenizer/*.c src/sample/*.c src/spec/*.c))
+              src/tokenizer/*.c src/sample/*.c src/spec/*.c src/serve/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 MODEL_SRC := $(sort $(wildcard tests/model/test_*.c))

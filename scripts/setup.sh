@@ -2,7 +2,7 @@
 # Installs what specula needs to build and test on Debian (12 "bookworm" or
 # later).  Idempotent: packages already present are not reinstalled.
 set -euo pipefail
-PKGS=(build-essential pkg-config libpcre2-dev libcmocka-dev libjansson-dev clang libclang-rt-14-dev
+PKGS=(build-essential pkg-config libpcre2-dev libcmocka-dev libjansson-dev libmicrohttpd-dev clang libclang-rt-14-dev
       python3 python3-pip python3-venv ca-certificates gcc-aarch64-linux-gnu)
 missing=()
 for p in "${PKGS[@]}"; do
@@ -14,5 +14,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}" >&2
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The server tests (tests/serve) talk to `specula serve` through the official
+# `openai` Python package, installed from PyPI into a venv at .venv (Debian
+# 12 refuses system-wide pip installs; the tests use .venv/bin/python).
+cd "$(dirname "$0")/.."
+if ! .venv/bin/python -c "import openai" 2>/dev/null; then
+    echo "setup: installing the openai package into .venv" >&2
+    python3 -m venv .venv
+    .venv/bin/pip install -q --disable-pip-version-check "openai>=1.0"
 fi
 echo "setup: build dependencies present" >&2

@@ -13,6 +13,7 @@ static const char main_help[] =
     "\n"
     "commands:\n"
     "  run          generate text from a prompt\n"
+    "  serve        OpenAI-compatible HTTP server: continuous batching, speculation per request\n"
     "  info         describe a model file\n"
     "  perplexity   perplexity of a model on a text file\n"
     "  bench        plain vs speculative decoding on a prompt set; verification cost\n"
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "--version")) { printf("specula %s\n", SP_VERSION); return 0; }
     if (!strcmp(cmd, "run")) return sp_cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return sp_cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return sp_cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return sp_cmd_perplexity(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return sp_cmd_bench(argc - 1, argv + 1);

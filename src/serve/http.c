@@ -1,0 +1,671 @@
+/*
+ * HTTP front end (libmicrohttpd, one thread per connection): routing, API
+ * keys, body limits, turning requests into jobs, and answering them as one
+ * JSON document or as a server-sent event stream.
+ *
+ * A connection's thread blocks while its job runs (waiting on the job's
+ * channel in 100 ms slices) and checks in every slice whether the client
+ * hung up; if it did, the job is cancelled and the scheduler frees the
+ * slot before its next step.
+ */
+#include "serve/internal.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_SLICE_MS 100
+
+struct sp_server {
+    sp_server_opts o;
+    const sp_model *m;
+    const sp_tokenizer *tok;
+    sp_metrics *mx;
+    sp_sched *sched;
+    struct MHD_Daemon *d;
+    struct sockaddr_storage addr;
+    int port;
+    sp_chat_format chat;
+    char defsys_buf[1024];
+    const char *defsys;
+    long long created;
+    int stopping;                    /* atomic */
+    uint64_t counter;                /* atomic: ids and default seeds */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_active;                    /* requests and streams in flight, under mu */
+};
+
+typedef enum route {
+    R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_ROOT
+} route;
+static const char *const route_names[] = { "other", "/v1/chat/completions", "/v1/completions",
+                                           "/v1/models", "/v1/models/{id}", "/health", "/metrics", "/" };
+
+/* One HTTP request (the connection's con_cls while it is being answered). */
+typedef struct http_req {
+    route rt;
+    bool post;
+    char *body;
+    size_t n_body, cap_body;
+    bool too_large;
+    bool answered;
+} http_req;
+
+static void active_add(sp_server *s, int d) {
+    pthread_mutex_lock(&s->mu);
+    s->n_active += d;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static bool stopping(const sp_server *s) { return __atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE); }
+
+/* ----------------------------------------------------------------------------
+ * Responses
+ * ------------------------------------------------------------------------- */
+
+static enum MHD_Result send_bytes(sp_server *s, struct MHD_Connection *c, http_req *r, int status,
+                                  const char *ctype, char *body, size_t n) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) { free(body); return MHD_NO; }
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    if (status == 503 || status == 429) MHD_add_response_header(resp, "Retry-After", "1");
+    if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    if (status == 405) MHD_add_response_header(resp, "Allow", r->post ? "GET" : "POST");
+    const enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    sp_metrics_http(s->mx, route_names[r->rt], status);
+    r->answered = true;
+    return rc;
+}
+
+/* Sends a JSON document (consumes j). */
+static enum MHD_Result send_json(sp_server *s, struct MHD_Connection *c, http_req *r, int status, json_t *j) {
+    char *body = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!body) return MHD_NO;
+    return send_bytes(s, c, r, status, "application/json", body, strlen(body));
+}
+
+static enum MHD_Result send_error(sp_server *s, struct MHD_Connection *c, http_req *r, const sp_api_err *e) {
+    return send_json(s, c, r, e->status, sp_api_error_json(e));
+}
+
+static enum MHD_Result fail(sp_server *s, struct MHD_Connection *c, http_req *r, int status,
+                            const char *type, const char *code, const char *msg) {
+    sp_api_err e;
+    sp_api_fail(&e, status, type, code, NULL, "%s", msg);
+    return send_error(s, c, r, &e);
+}
+
+/* True when the client closed its end (or the socket failed).  Looks at
+ * most every WAIT_SLICE_MS (*last: time of the previous look). */
+static bool client_gone(int fd, uint64_t *last) {
+    const uint64_t now = sp_now_ns();
+    if (fd < 0 || now - *last < (uint64_t)WAIT_SLICE_MS * 1000000u) return false;
+    *last = now;
+    struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+    if (poll(&p, 1, 0) <= 0) return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* ----------------------------------------------------------------------------
+ * Small endpoints
+ * ------------------------------------------------------------------------- */
+
+static json_t *model_object(const sp_server *s) {
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(s->o.model_id));
+    json_object_set_new(o, "object", json_string("model"));
+    json_object_set_new(o, "created", json_integer(s->created));
+    json_object_set_new(o, "owned_by", json_string("specula"));
+    json_t *meta = json_object();
+    json_object_set_new(meta, "name", sp_json_text(s->m->name, strlen(s->m->name)));
+    json_object_set_new(meta, "arch", json_string(sp_arch_name(s->m->hp.arch)));
+    json_object_set_new(meta, "n_ctx", json_integer(s->o.n_ctx));
+    json_object_set_new(meta, "n_ctx_train", json_integer(s->m->hp.n_ctx_train));
+    json_object_set_new(meta, "n_vocab", json_integer(s->m->hp.n_vocab));
+    json_object_set_new(meta, "parallel", json_integer(s->o.parallel));
+    json_object_set_new(meta, "speculative_default", json_string(s->o.spec_default));
+    json_object_set_new(o, "meta", meta);
+    return o;
+}
+
+static enum MHD_Result on_get(sp_server *s, struct MHD_Connection *c, http_req *r, const char *url) {
+    switch (r->rt) {
+    case R_HEALTH: {
+        const bool st = stopping(s);
+        return send_json(s, c, r, st ? 503 : 200, json_pack("{s:s}", "status", st ? "shutting down" : "ok"));
+    }
+    case R_METRICS: {
+        int q, run;
+        sp_sched_load(s->sched, &q, &run);
+        sp_metrics_load(s->mx, q, run);
+        char *t = sp_metrics_render(s->mx);
+        return send_bytes(s, c, r, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t));
+    }
+    case R_MODELS: {
+        json_t *data = json_array();
+        json_array_append_new(data, model_object(s));
+        return send_json(s, c, r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
+    }
+    case R_MODEL:
+        if (!strcmp(url + strlen("/v1/models/"), s->o.model_id))
+            return send_json(s, c, r, 200, model_object(s));
+        return fail(s, c, r, 404, "invalid_request_error", "model_not_found", "The model does not exist.");
+    default:
+        return fail(s, c, r, 404, "invalid_request_error", "not_found", "Not found.");
+    }
+}
+
+/* ----------------------------------------------------------------------------
+ * Generation requests: body -> job
+ * ------------------------------------------------------------------------- */
+
+/* The prompt's token ids: the chat template rendered and tokenized, or
+ * the completion prompt tokenized (or given as ids). */
+static int prompt_tokens(sp_server *s, const sp_req *q, sp_tokens *out, sp_api_err *e) {
+    if (q->kind == SP_API_COMPLETION && q->prompt_ids) {
+        for (int i = 0; i < q->n_prompt_ids; i++) sp_tokens_push(out, q->prompt_ids[i]);
+        return 0;
+    }
+    char *rendered = NULL;
+    const char *text = q->prompt;
+    sp_err err;
+    if (q->kind == SP_API_CHAT) {
+        if (s->chat == SP_CHAT_NONE)
+            return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages",
+                               "The model has no chat template; use /v1/completions.");
+        if (sp_chat_render(s->chat, q->msgs, q->n_msgs, true, s->defsys, &rendered, &err))
+            return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
+        text = rendered;
+    }
+    const int rc = sp_tokenize(s->tok, text, strlen(text), sp_tokenizer_add_bos(s->tok), true, out, &err);
+    free(rendered);
+    if (rc) return sp_api_fail(e, 400, "invalid_request_error", NULL, q->kind == SP_API_CHAT ? "messages" : "prompt", "%s", err.msg);
+    return 0;
+}
+
+/* Checks the prompt and max_tokens against the context (as vLLM does:
+ * an explicit max_tokens that cannot fit is an error; without one the
+ * generation may fill the context). */
+static int fit_context(const sp_server *s, const sp_req *q, int n_prompt, int *max_tokens, sp_api_err *e) {
+    const char *param = q->kind == SP_API_CHAT ? "messages" : "prompt";
+    if (n_prompt == 0) return sp_api_fail(e, 400, "invalid_request_error", NULL, param, "The prompt is empty.");
+    if (n_prompt >= s->o.n_ctx)
+        return sp_api_fail(e, 400, "invalid_request_error", "context_length_exceeded", param,
+                           "This model's maximum context length is %d tokens. However, your prompt has %d tokens.",
+                           s->o.n_ctx, n_prompt);
+    if (q->max_tokens > 0 && (int64_t)n_prompt + q->max_tokens > s->o.n_ctx)
+        return sp_api_fail(e, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
+                           "This model's maximum context length is %d tokens. However, you requested %lld tokens "
+                           "(%d in the prompt, %d for the completion).", s->o.n_ctx,
+                           (long long)n_prompt + q->max_tokens, n_prompt, q->max_tokens);
+    *max_tokens = q->max_tokens > 0 ? q->max_tokens : s->o.n_ctx - n_prompt;
+    return 0;
+}
+
+static sp_drafter *find_drafter(const sp_server *s, const char *name) {
+    for (int i = 0; i < s->o.n_drafters; i++)
+        if (!strcmp(s->o.drafters[i]->name, name)) return s->o.drafters[i];
+    return NULL;
+}
+
+/* The request's speculation: method and draft length, defaults from the
+ * command line. */
+static int speculation(const sp_server *s, const sp_req *q, sp_job_cfg *c, sp_api_err *e) {
+    const char *method = q->method[0] ? q->method : s->o.spec_default;
+    c->drafter = NULL;
+    if (strcmp(method, "none") != 0 && !(c->drafter = find_drafter(s, method))) {
+        char names[256] = "none";
+        for (int i = 0; i < s->o.n_drafters; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), ", %s", s->o.drafters[i]->name);
+        return sp_api_fail(e, 400, "invalid_request_error", NULL, "speculative.method",
+                           "Unknown speculative method '%s' (this server offers: %s).", method, names);
+    }
+    c->draft_max = q->draft_max != SP_REQ_DRAFT_DEFAULT ? q->draft_max : s->o.draft_max_default;
+    c->cost = s->o.cost;
+    if (c->drafter && c->draft_max == SP_DRAFT_ADAPTIVE && !s->o.cost)
+        return sp_api_fail(e, 400, "invalid_request_error", NULL, "speculative.draft_max",
+                           "Adaptive draft lengths are not available on this server; give a number.");
+    return 0;
+}
+
+/* Everything between the parsed request and a submitted job. */
+static sp_job *make_job(sp_server *s, sp_req *q, sp_resp_ctx *ctx, sp_api_err *e) {
+    if (q->model && strcmp(q->model, s->o.model_id) != 0) {
+        sp_api_fail(e, 404, "invalid_request_error", "model_not_found", "model",
+                    "The model '%s' does not exist (this server has '%s').", q->model, s->o.model_id);
+        return NULL;
+    }
+    sp_tokens toks = { 0 };
+    sp_job_cfg c = { .m = s->m, .tok = s->tok, .sampling = &q->sampling, .stops = q->stops,
+                     .n_stops = q->n_stops, .logprobs = q->logprobs, .top_logprobs = q->top_logprobs,
+                     .ignore_eos = q->ignore_eos, .mx = s->mx };
+    sp_job *j = NULL;
+    sp_err err;
+    const uint64_t n = __atomic_add_fetch(&s->counter, 1, __ATOMIC_RELAXED);
+    if (!q->seed_set) q->sampling.seed = sp_hash64(sp_now_ns() ^ (n << 32));
+    if (prompt_tokens(s, q, &toks, e) || fit_context(s, q, toks.n, &c.max_tokens, e) ||
+        speculation(s, q, &c, e))
+        goto done;
+    if (sp_sampler_validate(&q->sampling, s->m->hp.n_vocab, &err)) {
+        sp_api_fail(e, 400, "invalid_request_error", NULL, NULL, "%s", err.msg);
+        goto done;
+    }
+    c.prompt = toks.ids;
+    c.n_prompt = toks.n;
+    if (!(j = sp_job_create(&c, e))) goto done;
+    *ctx = (sp_resp_ctx){ .kind = q->kind, .created = (long long)time(NULL), .model = s->o.model_id,
+                          .tok = s->tok, .logprobs = q->logprobs, .top_logprobs = q->top_logprobs,
+                          .method = sp_job_method(j), .n_prompt = toks.n };
+    snprintf(ctx->id, sizeof ctx->id, "%s-%016llx", q->kind == SP_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)sp_hash64(n ^ sp_now_ns()));
+done:
+    sp_tokens_free(&toks);
+    return j;
+}
+
+/* Waits for the whole answer; cancels the job if the client leaves. */
+static enum MHD_Result answer_whole(sp_server *s, struct MHD_Connection *c, http_req *r, sp_job *j,
+                                    const sp_resp_ctx *ctx) {
+    const int fd = conn_fd(c);
+    char *text = NULL;
+    size_t n_text = 0;
+    sp_lp_entry *lps = NULL;
+    int n_lps = 0;
+    sp_job_delta d;
+    uint64_t last = sp_now_ns();
+    for (;;) {
+        sp_job_wait(j, WAIT_SLICE_MS);
+        if (client_gone(fd, &last)) {
+            sp_job_cancel(j);
+            sp_sched_kick(s->sched);
+        }
+        sp_job_take(j, &d);
+        if (d.n_text) {
+            text = sp_xrealloc(text, n_text + d.n_text);
+            memcpy(text + n_text, d.text, d.n_text);
+            n_text += d.n_text;
+        }
+        if (d.n_lps) {
+            lps = sp_xrealloc(lps, (size_t)(n_lps + d.n_lps) * sizeof *lps);
+            memcpy(lps + n_lps, d.lps, (size_t)d.n_lps * sizeof *lps);
+            n_lps += d.n_lps;
+        }
+        sp_job_delta_free(&d);
+        if (d.end) break;
+    }
+    enum MHD_Result rc = MHD_NO;
+    if (d.end == SP_JOB_FINISHED)
+        rc = send_json(s, c, r, 200, sp_api_response(ctx, text ? text : "", n_text, lps, n_lps, &d));
+    else if (d.end == SP_JOB_FAILED)
+        rc = send_error(s, c, r, &d.err);
+    else
+        sp_metrics_http(s->mx, route_names[r->rt], 499);   /* client closed the request */
+    free(text);
+    free(lps);
+    return rc;
+}
+
+/* ----------------------------------------------------------------------------
+ * Server-sent events
+ * ------------------------------------------------------------------------- */
+
+typedef struct sse {
+    sp_server *s;
+    sp_job *j;
+    sp_resp_ctx ctx;
+    bool include_usage;
+    int fd;
+    uint64_t last_check;             /* last look for a hang-up */
+    char *buf;                       /* bytes ready to send */
+    size_t n, off, cap;
+    bool started, ended;
+} sse;
+
+static void sse_put(sse *x, const char *s, size_t n) {
+    if (x->off == x->n) x->off = x->n = 0;
+    if (x->n + n > x->cap) {
+        x->cap = (x->n + n) * 2 + 256;
+        x->buf = sp_xrealloc(x->buf, x->cap);
+    }
+    memcpy(x->buf + x->n, s, n);
+    x->n += n;
+}
+
+/* "data: <json>\n\n" (consumes j). */
+static void sse_event(sse *x, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    sse_put(x, "data: ", 6);
+    if (s) sse_put(x, s, strlen(s));
+    sse_put(x, "\n\n", 2);
+    free(s);
+}
+
+/* Turns what the job produced into events; returns false if the client is
+ * gone (the stream must end with an error). */
+static bool sse_fill(sse *x) {
+    if (!x->started) {
+        x->started = true;
+        if (x->ctx.kind == SP_API_CHAT) { sse_event(x, sp_api_chunk(&x->ctx, NULL, 0, NULL, 0, NULL, true)); return true; }
+    }
+    sp_job_wait(x->j, WAIT_SLICE_MS);
+    if (client_gone(x->fd, &x->last_check)) return false;
+    sp_job_delta d;
+    sp_job_take(x->j, &d);
+    if (d.n_text || d.n_lps) sse_event(x, sp_api_chunk(&x->ctx, d.text, d.n_text, d.lps, d.n_lps, NULL, false));
+    if (d.end == SP_JOB_FINISHED) {
+        sse_event(x, sp_api_chunk(&x->ctx, "", 0, NULL, 0, sp_api_finish_reason(d.finish), false));
+        if (x->include_usage) sse_event(x, sp_api_usage_chunk(&x->ctx, &d));
+    } else if (d.end == SP_JOB_FAILED) {
+        sse_event(x, sp_api_error_json(&d.err));
+    }
+    if (d.end == SP_JOB_FINISHED || d.end == SP_JOB_FAILED) {
+        sse_put(x, "data: [DONE]\n\n", 14);
+        x->ended = true;
+    }
+    sp_job_delta_free(&d);
+    return d.end != SP_JOB_CANCELLED;
+}
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    sse *x = cls;
+    while (x->off == x->n) {
+        if (x->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!sse_fill(x)) {
+            sp_job_cancel(x->j);
+            sp_sched_kick(x->s->sched);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+    size_t k = x->n - x->off < max ? x->n - x->off : max;
+    memcpy(buf, x->buf + x->off, k);
+    x->off += k;
+    return (ssize_t)k;
+}
+
+static void sse_free(void *cls) {
+    sse *x = cls;
+    sp_job_cancel(x->j);             /* no effect once the job ended */
+    sp_sched_kick(x->s->sched);
+    sp_job_unref(x->j);
+    active_add(x->s, -1);
+    free(x->buf);
+    free(x);
+}
+
+static enum MHD_Result answer_stream(sp_server *s, struct MHD_Connection *c, http_req *r, sp_job *j,
+                                     const sp_resp_ctx *ctx, bool include_usage) {
+    sse *x = sp_xcalloc(1, sizeof *x);
+    x->s = s;
+    x->j = j;
+    x->ctx = *ctx;
+    x->include_usage = include_usage;
+    x->fd = conn_fd(c);
+    x->last_check = sp_now_ns();
+    active_add(s, 1);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, x, sse_free);
+    if (!resp) { sse_free(x); return MHD_NO; }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    const enum MHD_Result rc = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    sp_metrics_http(s->mx, route_names[r->rt], 200);
+    r->answered = true;
+    return rc;
+}
+
+static enum MHD_Result on_generate(sp_server *s, struct MHD_Connection *c, http_req *r) {
+    const sp_api_kind kind = r->rt == R_CHAT ? SP_API_CHAT : SP_API_COMPLETION;
+    sp_req q;
+    sp_api_err e;
+    if (sp_req_parse(kind, r->body ? r->body : "", r->n_body, s->m->hp.n_vocab, &q, &e))
+        return send_error(s, c, r, &e);
+    sp_resp_ctx ctx;
+    sp_job *j = make_job(s, &q, &ctx, &e);
+    const bool stream = q.stream, include_usage = q.include_usage;
+    sp_req_free(&q);
+    if (!j) return send_error(s, c, r, &e);
+    if (sp_sched_submit(s->sched, j, &e)) {
+        sp_job_unref(j);
+        return send_error(s, c, r, &e);
+    }
+    if (stream) return answer_stream(s, c, r, j, &ctx, include_usage);   /* the stream owns j */
+    const enum MHD_Result rc = answer_whole(s, c, r, j, &ctx);
+    sp_job_unref(j);
+    return rc;
+}
+
+/* ----------------------------------------------------------------------------
+ * Routing
+ * ------------------------------------------------------------------------- */
+
+static route route_of(const char *url, bool *post_route) {
+    static const struct { const char *path; route rt; bool post; } routes[] = {
+        { "/v1/chat/completions", R_CHAT, true }, { "/chat/completions", R_CHAT, true },
+        { "/v1/completions", R_COMPLETIONS, true }, { "/completions", R_COMPLETIONS, true },
+        { "/v1/models", R_MODELS, false }, { "/models", R_MODELS, false },
+        { "/health", R_HEALTH, false }, { "/v1/health", R_HEALTH, false },
+        { "/metrics", R_METRICS, false }, { "/", R_ROOT, false },
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
+        if (!strcmp(url, routes[i].path)) { *post_route = routes[i].post; return routes[i].rt; }
+    *post_route = false;
+    if (!strncmp(url, "/v1/models/", 11) && url[11]) return R_MODEL;
+    return R_NONE;
+}
+
+/* Constant-time comparison of the bearer token with the key. */
+static bool authorized(const sp_server *s, struct MHD_Connection *c) {
+    if (!s->o.api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    const size_t n = strlen(h), k = strlen(s->o.api_key);
+    unsigned char diff = n != k;
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(h[i] ^ s->o.api_key[i % (k ? k : 1)]);
+    return diff == 0;
+}
+
+/* Checks made before the body is read; returns true if it answered. */
+static bool early_checks(sp_server *s, struct MHD_Connection *c, http_req *r, bool post_route,
+                         enum MHD_Result *rc) {
+    if (r->rt == R_NONE || r->rt == R_ROOT) {
+        *rc = fail(s, c, r, 404, "invalid_request_error", "not_found", "Not found.");
+        return true;
+    }
+    if (r->post != post_route) {
+        *rc = fail(s, c, r, 405, "invalid_request_error", "method_not_allowed", "Method not allowed.");
+        return true;
+    }
+    if (r->rt != R_HEALTH && !authorized(s, c)) {
+        *rc = fail(s, c, r, 401, "invalid_request_error", "invalid_api_key",
+                   "Incorrect or missing API key: send 'Authorization: Bearer <key>'.");
+        return true;
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (r->post && cl && strtoull(cl, NULL, 10) > s->o.max_body) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "The request body is larger than the limit of %zu bytes.", s->o.max_body);
+        *rc = fail(s, c, r, 413, "invalid_request_error", "request_too_large", msg);
+        return true;
+    }
+    return false;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+    (void)version;
+    sp_server *s = cls;
+    http_req *r = *con_cls;
+    if (!r) {
+        r = sp_xcalloc(1, sizeof *r);
+        *con_cls = r;
+        active_add(s, 1);
+        bool post_route;
+        r->rt = route_of(url, &post_route);
+        r->post = !strcmp(method, "POST");
+        if (strcmp(method, "GET") && strcmp(method, "POST") && strcmp(method, "HEAD"))
+            return fail(s, c, r, 405, "invalid_request_error", "method_not_allowed", "Method not allowed.");
+        enum MHD_Result rc;
+        if (early_checks(s, c, r, post_route, &rc)) return rc;
+        if (!r->post) return on_get(s, c, r, url);
+        return MHD_YES;
+    }
+    if (r->answered) { *upload_size = 0; return MHD_YES; }   /* drain a body we refused */
+    if (*upload_size) {
+        if (r->n_body + *upload_size > s->o.max_body) r->too_large = true;
+        if (!r->too_large) {
+            if (r->n_body + *upload_size + 1 > r->cap_body) {
+                r->cap_body = (r->n_body + *upload_size + 1) * 2;
+                r->body = sp_xrealloc(r->body, r->cap_body);
+            }
+            memcpy(r->body + r->n_body, upload, *upload_size);
+            r->n_body += *upload_size;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->too_large) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "The request body is larger than the limit of %zu bytes.", s->o.max_body);
+        return fail(s, c, r, 413, "invalid_request_error", "request_too_large", msg);
+    }
+    return on_generate(s, c, r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)c;
+    (void)toe;
+    sp_server *s = cls;
+    http_req *r = *con_cls;
+    if (!r) return;
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+    active_add(s, -1);
+}
+
+/* ----------------------------------------------------------------------------
+ * Start and stop
+ * ------------------------------------------------------------------------- */
+
+sp_server_opts sp_server_defaults(void) {
+    return (sp_server_opts){ .host = "127.0.0.1", .port = 8080, .model_id = "specula", .parallel = 4,
+                             .n_ctx = 4096, .batch_rows = 256, .queue_max = 64, .max_body = 1 << 20,
+                             .timeout_s = 600, .shutdown_timeout_s = 10, .spec_default = "none",
+                             .draft_max_default = SP_DRAFT_ADAPTIVE };
+}
+
+static int check_opts(const sp_server_opts *o, sp_err *err) {
+    if (o->parallel < 1 || o->parallel > 256) return sp_err_set(err, "serve: parallel must be 1..256");
+    if (o->n_ctx < 8) return sp_err_set(err, "serve: the context must hold at least 8 tokens");
+    if (o->batch_rows < 1) return sp_err_set(err, "serve: batch rows must be >= 1");
+    if (o->queue_max < 1) return sp_err_set(err, "serve: the queue must hold at least 1 request");
+    if (o->port < 0 || o->port > 65535) return sp_err_set(err, "serve: port %d out of range", o->port);
+    if (!o->model_id || !*o->model_id) return sp_err_set(err, "serve: empty model id");
+    if (o->api_key && !*o->api_key) return sp_err_set(err, "serve: empty API key");
+    for (const char *p = o->model_id; *p; p++)
+        if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
+            return sp_err_set(err, "serve: the model id may not contain quotes, backslashes or control characters");
+    return 0;
+}
+
+static int resolve(sp_server *s, sp_err *err) {
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV }, *res;
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->o.port);
+    const int rc = getaddrinfo(s->o.host, port, &hints, &res);
+    if (rc) return sp_err_set(err, "serve: cannot resolve host '%s': %s", s->o.host, gai_strerror(rc));
+    memcpy(&s->addr, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return 0;
+}
+
+sp_server *sp_server_start(const sp_model *m, const sp_tokenizer *tok, sp_workspace *ws,
+                           const sp_server_opts *o, sp_err *err) {
+    if (check_opts(o, err)) return NULL;
+    sp_server *s = sp_xcalloc(1, sizeof *s);
+    s->o = *o;
+    s->m = m;
+    s->tok = tok;
+    s->created = (long long)time(NULL);
+    s->chat = sp_chat_detect(m->gguf);
+    s->defsys = sp_chat_default_system(m->gguf, s->defsys_buf, sizeof s->defsys_buf);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (resolve(s, err)) { free(s); return NULL; }
+    s->mx = sp_metrics_create();
+    sp_sched_opts so = { .parallel = o->parallel, .n_ctx = o->n_ctx, .batch_rows = o->batch_rows,
+                         .queue_max = o->queue_max };
+    if (!(s->sched = sp_sched_create(m, ws, &so, s->mx))) {
+        sp_err_set(err, "serve: cannot start the scheduler thread");
+        sp_metrics_free(s->mx);
+        free(s);
+        return NULL;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
+                     MHD_USE_ITC;
+    if (s->addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&s->addr,
+                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout_s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)(o->parallel + o->queue_max + 64),
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        sp_err_set(err, "serve: cannot listen on %s:%d (address in use or not available)", o->host, o->port);
+        sp_sched_free(s->sched);
+        sp_metrics_free(s->mx);
+        free(s);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    return s;
+}
+
+int sp_server_port(const sp_server *s) { return s->port; }
+
+void sp_server_stop(sp_server *s) {
+    if (!s) return;
+    __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
+    const MHD_socket ls = MHD_quiesce_daemon(s->d);      /* no new connections */
+    if (ls != MHD_INVALID_SOCKET) close(ls);
+    sp_sched_stop(s->sched, (uint64_t)s->o.shutdown_timeout_s * 1000000000ull);
+    /* every job has ended: the connections still answering finish soon */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    pthread_mutex_lock(&s->mu);
+    while (s->n_active > 0)
+        if (pthread_cond_timedwait(&s->cv, &s->mu, &ts)) break;
+    pthread_mutex_unlock(&s->mu);
+    MHD_stop_daemon(s->d);
+    sp_sched_free(s->sched);
+    sp_metrics_free(s->mx);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

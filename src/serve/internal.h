@@ -1,0 +1,170 @@
+/*
+ * serve internals shared by its files: jobs (one generation and the channel
+ * its text flows through), the scheduler, and the JSON of responses.
+ */
+#ifndef SP_SERVE_INTERNAL_H
+#define SP_SERVE_INTERNAL_H
+
+#include "serve/serve.h"
+
+#include <jansson.h>
+#include <pthread.h>
+
+/* ==========================================================================
+ * Jobs (job.c)
+ *
+ * A job is one generation.  The HTTP thread creates it (prompt, sampler,
+ * stop strings, draft: everything that can fail with a 400 fails there),
+ * the scheduler thread runs it in a slot, and its output — released text,
+ * logprob entries, the finish — flows back through a mutex-protected
+ * channel that the HTTP thread drains with sp_job_take.  Reference counted:
+ * the creator holds one reference, the scheduler one while it knows it.
+ * ======================================================================= */
+
+typedef struct sp_lp_alt {
+    int32_t id;
+    float lp;
+} sp_lp_alt;
+
+/* The log-probability of an emitted token under the target's raw
+ * distribution (log-softmax of its logits, before any sampler transform),
+ * with the most likely alternatives. */
+typedef struct sp_lp_entry {
+    int32_t token;
+    float lp;
+    size_t offset;                   /* byte offset of its text in the output */
+    int n_top;
+    sp_lp_alt top[SP_REQ_MAX_TOP_LOGPROBS];
+} sp_lp_entry;
+
+typedef struct sp_job_cfg {
+    const sp_model *m;
+    const sp_tokenizer *tok;
+    const int32_t *prompt;           /* (n_prompt) copied */
+    int n_prompt;
+    int max_tokens;
+    const sp_sampler_params *sampling; /* copied (bias included) */
+    char *const *stops;              /* copied */
+    int n_stops;
+    bool logprobs;
+    int top_logprobs;
+    bool ignore_eos;
+    sp_drafter *drafter;             /* NULL = plain decoding (borrowed) */
+    int draft_max;                   /* SP_DRAFT_ADAPTIVE needs cost */
+    const sp_cost_curve *cost;
+    sp_metrics *mx;                  /* borrowed, may be NULL */
+} sp_job_cfg;
+
+typedef enum sp_job_end {
+    SP_JOB_RUNNING = 0,
+    SP_JOB_FINISHED,                 /* finish says why */
+    SP_JOB_CANCELLED,                /* the client went away */
+    SP_JOB_FAILED,                   /* err says why */
+} sp_job_end;
+
+typedef struct sp_job sp_job;
+
+/* NULL + err (a 400) if a stop string is unusable. */
+sp_job *sp_job_create(const sp_job_cfg *c, sp_api_err *err);
+void sp_job_ref(sp_job *j);
+void sp_job_unref(sp_job *j);
+/* The method the job speculates with ("none" for plain decoding). */
+const char *sp_job_method(const sp_job *j);
+int sp_job_n_prompt(const sp_job *j);
+
+/* What the consumer drains.  text and lps are malloc'd (caller frees with
+ * sp_job_delta_free); lps holds only entries whose text was released (or,
+ * once the job ended, every entry that belongs to the final text). */
+typedef struct sp_job_delta {
+    char *text;
+    size_t n_text;
+    sp_lp_entry *lps;
+    int n_lps;
+    sp_job_end end;                  /* != RUNNING: nothing will follow */
+    sp_finish finish;
+    sp_api_err err;                  /* when FAILED */
+    sp_spec_stats stats;             /* when ended */
+    int n_drafted_emitted;           /* emitted tokens that were accepted drafts */
+} sp_job_delta;
+
+/* Waits up to timeout_ms for output (or the end); returns true if there is
+ * something to take. */
+bool sp_job_wait(sp_job *j, int timeout_ms);
+/* Moves the pending output into d (d is overwritten). */
+void sp_job_take(sp_job *j, sp_job_delta *d);
+void sp_job_delta_free(sp_job_delta *d);
+/* The client is gone: the scheduler drops the job before its next step. */
+void sp_job_cancel(sp_job *j);
+bool sp_job_cancelled(const sp_job *j);
+
+/* Scheduler side (scheduler thread only). */
+/* Opens the draft, binds the job to a KV cache and starts prefill. */
+int sp_job_start(sp_job *j, sp_kv *kv, sp_err *err);
+sp_seq *sp_job_seq(sp_job *j);
+/* After sp_seq_finish: if the sequence finished, releases the last text and
+ * ends the job; returns true if it ended. */
+bool sp_job_after_step(sp_job *j);
+/* Ends the job (slot resources freed) as FAILED or CANCELLED. */
+void sp_job_end_with(sp_job *j, sp_job_end end, const sp_api_err *err);
+uint64_t sp_job_t_submit(const sp_job *j);
+void sp_job_set_t_submit(sp_job *j, uint64_t t);
+
+/* ==========================================================================
+ * Scheduler (sched.c)
+ * ======================================================================= */
+typedef struct sp_sched sp_sched;
+
+typedef struct sp_sched_opts {
+    int parallel, n_ctx, batch_rows, queue_max;
+} sp_sched_opts;
+
+sp_sched *sp_sched_create(const sp_model *m, sp_workspace *ws, const sp_sched_opts *o,
+                          sp_metrics *mx);
+/* Queues the job (takes a reference).  A 503 in err when the queue is full
+ * or the scheduler is stopping. */
+int sp_sched_submit(sp_sched *s, sp_job *j, sp_api_err *err);
+/* Wakes the scheduler (a job was cancelled). */
+void sp_sched_kick(sp_sched *s);
+/* Stops: queued jobs fail with 503, running ones get grace_ns to finish,
+ * then are cancelled; joins the thread.  Idempotent. */
+void sp_sched_stop(sp_sched *s, uint64_t grace_ns);
+void sp_sched_free(sp_sched *s);
+void sp_sched_load(sp_sched *s, int *queued, int *running);
+
+/* ==========================================================================
+ * Response JSON (api.c)
+ * ======================================================================= */
+
+/* A JSON string from bytes that may not be valid UTF-8 (invalid sequences
+ * become U+FFFD). */
+json_t *sp_json_text(const char *s, size_t n);
+/* {"error": {...}} */
+json_t *sp_api_error_json(const sp_api_err *e);
+
+/* What every response of one request shares. */
+typedef struct sp_resp_ctx {
+    sp_api_kind kind;
+    char id[48];
+    long long created;
+    const char *model;               /* borrowed */
+    const sp_tokenizer *tok;         /* for logprob token texts */
+    bool logprobs;
+    int top_logprobs;
+    const char *method;              /* speculation method name */
+    int n_prompt;
+} sp_resp_ctx;
+
+/* The whole (non-streamed) response. */
+json_t *sp_api_response(const sp_resp_ctx *c, const char *text, size_t n_text,
+                        const sp_lp_entry *lps, int n_lps, const sp_job_delta *end);
+/* One streamed chunk: text and logprobs, or (finish != NONE) the last
+ * choice chunk, or the role chunk (role_only, chat). */
+json_t *sp_api_chunk(const sp_resp_ctx *c, const char *text, size_t n_text, const sp_lp_entry *lps,
+                     int n_lps, const char *finish_reason, bool role_only);
+/* The usage object, with the speculation summary. */
+json_t *sp_api_usage(const sp_resp_ctx *c, const sp_job_delta *end);
+/* The usage chunk of a stream (stream_options.include_usage). */
+json_t *sp_api_usage_chunk(const sp_resp_ctx *c, const sp_job_delta *end);
+const char *sp_api_finish_reason(sp_finish f);
+
+#endif /* SP_SERVE_INTERNAL_H */

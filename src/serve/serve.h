@@ -1,0 +1,159 @@
+/*
+ * serve — an OpenAI-compatible HTTP server that runs many requests as rows
+ * of one batched target forward per step, with speculation in every row.
+ *
+ *   HTTP thread per connection (libmicrohttpd)
+ *     parse + validate the JSON body (parse.c)     -> 400 / 404 / 413 / 401
+ *     render the chat template, tokenize           -> 400 on context overflow
+ *     submit a job to the scheduler (sched.c)      -> 503 + Retry-After when full
+ *     wait for its output: one JSON answer, or SSE chunks as tokens come
+ *   scheduler thread (sched.c)
+ *     between steps: drop cancelled jobs, admit queued ones into free slots
+ *     one step: every decoding sequence's verification window [pending,
+ *       drafts...] plus prompt chunks of prefilling sequences (a row budget
+ *       per step, decoding rows first) in ONE sp_model_forward_batch
+ *     after it: each sequence's accept walk (sp_seq_finish) emits tokens
+ *       into its job: stop strings, logprobs, text for the HTTP thread
+ *
+ * Each job owns its sampler (seeded, keyed by position), its draft and its
+ * slot's KV cache, and the batched forward is bit-identical per row, so a
+ * request's output equals what it would get alone, at any temperature.
+ *
+ * Threads: sp_server_* may be called from one controlling thread; the
+ * server runs its own threads.  Everything borrowed (model, tokenizer,
+ * workspace, drafters, cost curve) must outlive the server.
+ */
+#ifndef SP_SERVE_H
+#define SP_SERVE_H
+
+#include "base/base.h"
+#include "sample/sample.h"
+#include "spec/spec.h"
+#include "tokenizer/tokenizer.h"
+
+/* ==========================================================================
+ * API errors: what the client receives as
+ *   {"error": {"message", "type", "param", "code"}} with HTTP status.
+ * ======================================================================= */
+typedef struct sp_api_err {
+    int status;                      /* HTTP status: 400, 401, 404, 413, 500, 503 */
+    const char *type;                /* "invalid_request_error", "server_error", ... (static) */
+    const char *code;                /* "context_length_exceeded", ... or NULL (static) */
+    char param[64];                  /* the offending field ("" = none) */
+    char message[512];
+} sp_api_err;
+
+/* Sets every field; returns -1 so callers can `return sp_api_fail(...)`. */
+int sp_api_fail(sp_api_err *e, int status, const char *type, const char *code, const char *param,
+                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* ==========================================================================
+ * Requests (parse.c): the JSON body of /v1/chat/completions and
+ * /v1/completions, validated into plain C.  Unknown fields are ignored (as
+ * the OpenAI API does); a known field of the wrong type or out of range is
+ * a 400 naming the field.
+ * ======================================================================= */
+typedef enum sp_api_kind { SP_API_CHAT = 0, SP_API_COMPLETION = 1 } sp_api_kind;
+
+#define SP_REQ_MAX_STOPS 16
+#define SP_REQ_MAX_STOP_LEN 512
+#define SP_REQ_MAX_TOP_LOGPROBS 20
+
+typedef struct sp_req {
+    sp_api_kind kind;
+    char *model;                     /* NULL = not given */
+    /* chat: messages (role and content owned; "developer" becomes "system") */
+    sp_chat_msg *msgs;
+    int n_msgs;
+    /* completion: a text prompt, or token ids */
+    char *prompt;
+    int32_t *prompt_ids;
+    int n_prompt_ids;
+    int max_tokens;                  /* -1 = not given */
+    sp_sampler_params sampling;      /* OpenAI defaults: temperature 1, top_p 1, no top-k/min-p */
+    sp_logit_bias *bias;             /* (n_bias) owned; sampling.bias points here */
+    bool seed_set;
+    char *stops[SP_REQ_MAX_STOPS];   /* owned */
+    int n_stops;
+    bool stream, include_usage;
+    bool logprobs;
+    int top_logprobs;                /* alternatives per position, 0..20 */
+    bool ignore_eos;                 /* extension (vLLM's name) */
+    /* "speculative": {"method": "none|ngram|suffix", "draft_max": N|"adaptive"} */
+    char method[32];                 /* "" = server default */
+    int draft_max;                   /* SP_DRAFT_ADAPTIVE, 0..SP_MAX_DRAFT; -2 = server default */
+} sp_req;
+
+#define SP_REQ_DRAFT_DEFAULT (-2)
+
+/* Parses body[0..len) as a request of the given kind.  n_vocab bounds
+ * logit_bias keys and prompt token ids.  On error *r is left empty (no
+ * need to free) and err holds the 400 to send. */
+int sp_req_parse(sp_api_kind kind, const char *body, size_t len, int n_vocab, sp_req *r,
+                 sp_api_err *err);
+void sp_req_free(sp_req *r);
+
+/* ==========================================================================
+ * Metrics (metrics.c): counters, gauges and histograms in Prometheus text
+ * format.  Thread-safe.
+ * ======================================================================= */
+typedef struct sp_metrics sp_metrics;
+sp_metrics *sp_metrics_create(void);
+void sp_metrics_free(sp_metrics *mx);
+/* An HTTP request answered: endpoint path and status. */
+void sp_metrics_http(sp_metrics *mx, const char *endpoint, int status);
+/* One scheduler step: sequences and rows in the pass, its duration. */
+void sp_metrics_step(sp_metrics *mx, int n_seqs, int n_rows, uint64_t ns);
+/* Current queue length and running sequences. */
+void sp_metrics_load(sp_metrics *mx, int queued, int running);
+/* One generation finished: its method ("none" when plain), statistics,
+ * time queued, time to first token, total time (ns; 0 = unknown). */
+void sp_metrics_generation(sp_metrics *mx, const char *method, const sp_spec_stats *st,
+                           uint64_t queue_ns, uint64_t ttft_ns, uint64_t total_ns,
+                           bool cancelled);
+/* Gap between two emitted tokens of one request. */
+void sp_metrics_itl(sp_metrics *mx, uint64_t ns);
+/* The Prometheus exposition; malloc'd, caller frees. */
+char *sp_metrics_render(sp_metrics *mx);
+
+/* ==========================================================================
+ * The server
+ * ======================================================================= */
+typedef struct sp_server_opts {
+    const char *host;                /* address to bind (default "127.0.0.1") */
+    int port;                        /* 0 = any free port (see sp_server_port) */
+    const char *api_key;             /* NULL = no authentication */
+    const char *model_id;            /* the id clients name in "model" */
+    int parallel;                    /* concurrent sequences (slots) */
+    int n_ctx;                       /* context of each slot's KV cache */
+    int batch_rows;                  /* rows per step budget (prompt chunks fill it) */
+    int queue_max;                   /* waiting requests beyond the slots; more -> 503 */
+    size_t max_body;                 /* request body limit in bytes (413 beyond) */
+    int timeout_s;                   /* idle connection timeout */
+    int shutdown_timeout_s;          /* running requests get this long to finish */
+    /* speculation defaults and the drafters requests may name (borrowed) */
+    const char *spec_default;        /* "none" or a drafter's name */
+    int draft_max_default;           /* SP_DRAFT_ADAPTIVE or 0..SP_MAX_DRAFT */
+    sp_drafter **drafters;
+    int n_drafters;
+    const sp_cost_curve *cost;       /* needed for adaptive draft lengths (NULL: refused) */
+} sp_server_opts;
+
+/* Defaults for every field above (drafters none, spec "none"). */
+sp_server_opts sp_server_defaults(void);
+
+typedef struct sp_server sp_server;
+
+/* Binds and starts serving (HTTP threads and the scheduler).  model, tok
+ * and ws (the forward workspace, used only by the scheduler thread) are
+ * borrowed.  NULL + err if the address cannot be bound or options are bad. */
+sp_server *sp_server_start(const sp_model *m, const sp_tokenizer *tok, sp_workspace *ws,
+                           const sp_server_opts *o, sp_err *err);
+/* The bound port (useful with port 0). */
+int sp_server_port(const sp_server *s);
+/* Graceful stop: stop accepting, fail queued requests (503), let running
+ * ones finish for up to shutdown_timeout_s (then cancel them), wait for
+ * the connections to close, free everything. */
+void sp_server_stop(sp_server *s);
+
+#endif /* SP_SERVE_H */
