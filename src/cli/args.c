@@ -92,3 +92,31 @@ int sp_engine_opt(sp_args *a, sp_engine_opts *o) {
     if (sp_arg_is(a, "-b|--batch-size")) return sp_arg_int(a, 1, 4096, &o->batch) ? 1 : -1;
     return 0;
 }
+
+void sp_spec_cli_init(sp_spec_cli *o) {
+    memset(o, 0, sizeof *o);
+    o->draft_max = SP_DRAFT_ADAPTIVE;
+}
+
+int sp_spec_opt(sp_args *a, sp_spec_cli *o) {
+    sp_drafter_opts *d = &o->d;
+    if (sp_arg_is(a, "--draft-max")) {
+        if (a->i + 1 < a->argc && !strcmp(a->argv[a->i + 1], "adaptive")) {
+            a->i++;
+            o->draft_max = SP_DRAFT_ADAPTIVE;
+            return 1;
+        }
+        return sp_arg_int(a, 0, SP_MAX_DRAFT, &o->draft_max) ? 1 : -1;
+    }
+    if (sp_arg_is(a, "--ngram-min")) return sp_arg_int(a, 1, 64, &d->ngram_min) ? 1 : -1;
+    if (sp_arg_is(a, "--ngram-max")) return sp_arg_int(a, 1, 64, &d->ngram_max) ? 1 : -1;
+    if (sp_arg_is(a, "--suffix-factor")) return sp_arg_float(a, 0.01, 64, &d->suffix_factor) ? 1 : -1;
+    if (sp_arg_is(a, "--suffix-min-prob")) return sp_arg_float(a, 1e-4, 1, &d->suffix_min_prob) ? 1 : -1;
+    if (sp_arg_is(a, "--suffix-max-depth")) return sp_arg_int(a, 4, 512, &d->suffix_max_depth) ? 1 : -1;
+    if (sp_arg_is(a, "--tree-width")) return sp_arg_int(a, 1, 8, &d->tree_width) ? 1 : -1;
+    if (sp_arg_is(a, "--draft-model")) return sp_arg_str(a, &o->draft_model) ? 1 : -1;
+    if (sp_arg_is(a, "--draft-sample")) { d->dm.sample = true; return 1; }
+    if (sp_arg_is(a, "--draft-min-prob")) return sp_arg_float(a, 0, 1, &d->dm.min_prob) ? 1 : -1;
+    if (sp_arg_is(a, "--self-layers")) return sp_arg_str(a, &d->self_layers) ? 1 : -1;
+    return 0;
+}

@@ -28,7 +28,8 @@ static const char bench_help[] =
     SP_ENGINE_OPTS_HELP
     "      --prompts FILE      JSONL prompts (default ../shared/bench/prompts.jsonl): one\n"
     "                          {\"id\",\"category\",\"messages\",\"max_tokens\"} per line\n"
-    "      --methods LIST      comma-separated, e.g. plain,ngram,suffix (default plain,ngram)\n"
+    "      --methods LIST      comma-separated, e.g. plain,ngram,suffix,ngram+draft (default\n"
+    "                          plain,ngram); A+B tries A, then B when A proposes nothing\n"
     "      --repeats N         runs per prompt and method (default 3); drafters that learn\n"
     "                          across requests (suffix) see the earlier repeats: use 1 for\n"
     "                          their unbiased numbers (the first-repeat acceptance is printed)\n"
@@ -37,10 +38,7 @@ static const char bench_help[] =
     "      --category NAME     only prompts of this category\n"
     "      --max-tokens N      override every prompt's max_tokens\n"
     "      --temp T            temperature (default 0); --seed S (default 1)\n"
-    "      --draft-max N|adaptive  (default adaptive)\n"
-    "      --ngram-min N, --ngram-max N\n"
-    "      --suffix-factor F, --suffix-min-prob P, --suffix-max-depth N  (see specula run)\n"
-    "      --tree-width W      tree proposals for ngram/suffix (default 1: chains)\n"
+    SP_SPEC_OPTS_HELP
     "      --json FILE         write the results as JSON\n"
     "      --verify-cost       print t(K)/t(1), K = 1..16, for each -m (default: both models)\n"
     "  -h, --help              this help\n";
@@ -71,7 +69,7 @@ typedef struct bench_opts {
     int n_methods, repeats, warmup, limit, max_tokens, draft_max;
     float temp;
     uint64_t seed;
-    sp_drafter_opts dopts;
+    sp_spec_cli spec;
 } bench_opts;
 
 /* ----------------------------------------------------------------------------
@@ -167,7 +165,7 @@ static int run_once(const sp_engine *e, sp_drafter *drafter, const bench_opts *o
     if (o->temp > 0) { sp.top_k = 40; sp.top_p = 0.95f; sp.min_p = 0.05f; }
     sp_sampler *smp = sp_sampler_create(&sp, e->model->hp.n_vocab);
     sp_kv *kv = sp_kv_create(e->model, p->toks.n + max_tokens + 1);
-    sp_target t = sp_target_of(e->model);
+    sp_target t = sp_target_full(e->model, e->tok, &sp);
     sp_draft *d = drafter ? sp_draft_open(drafter, &t, err) : NULL;
     int rc = -1;
     if (drafter && !d) goto done;
@@ -349,6 +347,7 @@ int sp_cmd_bench(int argc, char **argv) {
     sp_engine_opts eo = { 0 };
     bench_opts o = { .prompts_path = "../shared/bench/prompts.jsonl", .repeats = 3, .warmup = 1,
                      .draft_max = SP_DRAFT_ADAPTIVE, .seed = 1 };
+    sp_spec_cli_init(&o.spec);
     const char *methods = "plain,ngram", *models[8];
     int n_models = 0;
     bool vcost = false;
@@ -360,6 +359,7 @@ int sp_cmd_bench(int argc, char **argv) {
             continue;
         }
         int c = sp_engine_opt(&a, &eo);
+        if (c == 0) c = sp_spec_opt(&a, &o.spec);
         if (c < 0) return SP_EXIT_USAGE;
         if (c > 0) continue;
         if (sp_arg_is(&a, "-h|--help")) { fputs(bench_help, stdout); return 0; }
@@ -373,16 +373,6 @@ int sp_cmd_bench(int argc, char **argv) {
         else if (sp_arg_is(&a, "--max-tokens")) { if (!sp_arg_int(&a, 1, 100000, &o.max_tokens)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--temp")) { if (!sp_arg_float(&a, 0, 100, &o.temp)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--seed")) { if (!sp_arg_u64(&a, &o.seed)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--ngram-min")) { if (!sp_arg_int(&a, 1, 64, &o.dopts.ngram_min)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--ngram-max")) { if (!sp_arg_int(&a, 1, 64, &o.dopts.ngram_max)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--suffix-factor")) { if (!sp_arg_float(&a, 0.01, 64, &o.dopts.suffix_factor)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--suffix-min-prob")) { if (!sp_arg_float(&a, 1e-4, 1, &o.dopts.suffix_min_prob)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--tree-width")) { if (!sp_arg_int(&a, 1, 8, &o.dopts.tree_width)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--suffix-max-depth")) { if (!sp_arg_int(&a, 4, 512, &o.dopts.suffix_max_depth)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--draft-max")) {
-            if (a.i + 1 < argc && !strcmp(argv[a.i + 1], "adaptive")) { a.i++; o.draft_max = SP_DRAFT_ADAPTIVE; }
-            else if (!sp_arg_int(&a, 1, SP_MAX_DRAFT, &o.draft_max)) return SP_EXIT_USAGE;
-        }
         else if (sp_arg_is(&a, "--verify-cost")) vcost = true;
         else return sp_arg_unknown(&a);
     }
@@ -393,8 +383,8 @@ int sp_cmd_bench(int argc, char **argv) {
     sp_err err;
     sp_drafter *drafters[MAX_METHODS] = { 0 };
     for (int m = 1; m < o.n_methods; m++)
-        if (!(drafters[m] = sp_drafter_create(o.methods[m], &o.dopts, &err)))
-            return sp_usage_error("bench", "--methods: %s", err.msg);
+        if (sp_drafter_check_name(o.methods[m], &err)) return sp_usage_error("bench", "--methods: %s", err.msg);
+    o.draft_max = o.spec.draft_max;
     if (!eo.ctx) eo.ctx = 8192;
     sp_engine e;
     prompt *ps = sp_xcalloc(MAX_PROMPTS, sizeof *ps);
@@ -403,6 +393,8 @@ int sp_cmd_bench(int argc, char **argv) {
     const int nm = o.n_methods;
     sp_cost_curve cost;
     if (sp_engine_open(&eo, &e, &err)) { fprintf(stderr, "specula bench: %s\n", err.msg); goto out_free; }
+    for (int m = 1; m < o.n_methods; m++)
+        if (!(drafters[m] = sp_engine_drafter(&e, o.methods[m], &o.spec, &err))) goto fail;
     if (load_prompts(&o, &e, ps, &np, &err)) goto fail;
     if (o.draft_max == SP_DRAFT_ADAPTIVE && sp_cost_get(e.model, e.ws, e.threads, &cost, &err)) goto fail;
 

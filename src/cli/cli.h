@@ -21,6 +21,7 @@ int sp_cmd_serve(int argc, char **argv);
 int sp_cmd_info(int argc, char **argv);
 int sp_cmd_perplexity(int argc, char **argv);
 int sp_cmd_bench(int argc, char **argv);
+int sp_cmd_quantize(int argc, char **argv);
 
 /* ------------------------------------------------------------------------
  * Option parsing helpers (args.c).  Each prints "specula CMD: ..." and
@@ -70,6 +71,28 @@ int sp_engine_opt(sp_args *a, sp_engine_opts *o);
     "  -c, --ctx-size N        context size in tokens (default: min(4096, trained))\n" \
     "  -b, --batch-size N      max tokens per forward pass (default 256)\n"
 
+/* Speculation flags shared by run / bench / serve (args.c). */
+typedef struct sp_spec_cli {
+    int draft_max;               /* > 0, SP_DRAFT_ADAPTIVE (default), 0 = no drafting */
+    const char *draft_model;     /* name or path as given */
+    sp_drafter_opts d;
+} sp_spec_cli;
+void sp_spec_cli_init(sp_spec_cli *o);
+/* Parses one speculation flag at a->i; 1 consumed, 0 not one, -1 bad value. */
+int sp_spec_opt(sp_args *a, sp_spec_cli *o);
+#define SP_SPEC_OPTS_HELP \
+    "      --draft-max N|adaptive  draft tokens per round (default: adaptive)\n" \
+    "      --ngram-min N, --ngram-max N  suffix n-gram lengths ngram matches (default 1, 3)\n" \
+    "      --suffix-factor F   suffix: draft at most F x match length tokens (default 1)\n" \
+    "      --suffix-min-prob P suffix: drop draft tokens below this estimated probability (default 0.1)\n" \
+    "      --suffix-max-depth N  suffix: depth of the suffix trie (default 64)\n" \
+    "      --tree-width W      ngram/suffix: propose a token tree of up to W branches (default 1)\n" \
+    "      --draft-model M     draft: the draft model (name or GGUF path; other vocabularies\n" \
+    "                          are bridged through text)\n" \
+    "      --draft-sample      draft/self: sample drafts and verify by speculative sampling\n" \
+    "      --draft-min-prob P  draft/self: stop drafting below this draft probability\n" \
+    "      --self-layers LIST  self: target layers the draft keeps, e.g. 0-14,29\n"
+
 /* A loaded model with its tokenizer, pool and workspace. */
 typedef struct sp_engine {
     sp_model *model;
@@ -81,5 +104,8 @@ typedef struct sp_engine {
 } sp_engine;
 int sp_engine_open(const sp_engine_opts *o, sp_engine *e, sp_err *err);
 void sp_engine_close(sp_engine *e);
+/* Creates the drafter for a --spec / --methods name with the engine's
+ * target and pool (model names of --draft-model resolved). */
+sp_drafter *sp_engine_drafter(const sp_engine *e, const char *method, const sp_spec_cli *o, sp_err *err);
 
 #endif /* SP_CLI_H */

@@ -68,3 +68,16 @@ void sp_engine_close(sp_engine *e) {
     sp_model_free(e->model);
     memset(e, 0, sizeof *e);
 }
+
+sp_drafter *sp_engine_drafter(const sp_engine *e, const char *method, const sp_spec_cli *o, sp_err *err) {
+    sp_drafter_opts d = o->d;
+    char path[4096];
+    if (o->draft_model) {
+        if (sp_resolve_model(o->draft_model, path, sizeof path, err)) return NULL;
+        d.draft_model = path;
+    }
+    d.target = e->model;
+    d.pool = e->pool;
+    if (!d.dm.n_ctx) d.dm.n_ctx = e->n_ctx;
+    return sp_drafter_create(method, &d, err);
+}

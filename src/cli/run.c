@@ -30,6 +30,12 @@ static const char run_help[] =
     "      --seed S            sampling seed (default: random, printed)\n"
     "      --stop TEXT         stop when TEXT is generated (repeatable)\n"
     "      --ignore-eos        keep generating after end-of-generation tokens\n"
+    "      --spec METHOD       speculative decoding: none (default), ngram, suffix, draft,\n"
+    "                          self, or a combination tried in order (e.g. ngram,draft)\n"
+    SP_SPEC_OPTS_HELP
+    "      --seed S            sampling seed (default: random, printed)\n"
+    "      --stop TEXT         stop when TEXT is generated (repeatable)\n"
+    "      --ignore-eos        keep generating after end-of-generation tokens\n"
     "      --spec METHOD       speculative decoding: none (default), ngram or suffix\n"
     "      --draft-max N|adaptive  draft tokens per round (default: adaptive)\n"
     "      --ngram-min N       shortest suffix n-gram to match (default 1)\n"
@@ -130,12 +136,13 @@ int sp_cmd_run(int argc, char **argv) {
     bool chat = false, quiet = false, seed_set = false;
     int n_predict = 128;
     const char *spec = "none";
-    int draft_max = SP_DRAFT_ADAPTIVE;
-    sp_drafter_opts dopts = { 0 };
+    sp_spec_cli so;
+    sp_spec_cli_init(&so);
     run_state r = { 0 };
     sp_args a = { "run", argc, argv, 1 };
     for (; a.i < argc; a.i++) {
         int c = sp_engine_opt(&a, &eo);
+        if (c == 0) c = sp_spec_opt(&a, &so);
         if (c < 0) return SP_EXIT_USAGE;
         if (c > 0) continue;
         if (sp_arg_is(&a, "-h|--help")) { fputs(run_help, stdout); return 0; }
@@ -155,16 +162,6 @@ int sp_cmd_run(int argc, char **argv) {
         else if (sp_arg_is(&a, "--presence-penalty")) { if (!sp_arg_float(&a, -100, 100, &sp.presence_penalty)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--frequency-penalty")) { if (!sp_arg_float(&a, -100, 100, &sp.frequency_penalty)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--spec")) { if (!sp_arg_str(&a, &spec)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--draft-max")) {
-            if (a.i + 1 < argc && !strcmp(argv[a.i + 1], "adaptive")) { a.i++; draft_max = SP_DRAFT_ADAPTIVE; }
-            else if (!sp_arg_int(&a, 0, SP_MAX_DRAFT, &draft_max)) return SP_EXIT_USAGE;
-        }
-        else if (sp_arg_is(&a, "--ngram-min")) { if (!sp_arg_int(&a, 1, 64, &dopts.ngram_min)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--ngram-max")) { if (!sp_arg_int(&a, 1, 64, &dopts.ngram_max)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--suffix-factor")) { if (!sp_arg_float(&a, 0.01, 64, &dopts.suffix_factor)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--suffix-min-prob")) { if (!sp_arg_float(&a, 1e-4, 1, &dopts.suffix_min_prob)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--tree-width")) { if (!sp_arg_int(&a, 1, 8, &dopts.tree_width)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--suffix-max-depth")) { if (!sp_arg_int(&a, 4, 512, &dopts.suffix_max_depth)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--seed")) { if (!sp_arg_u64(&a, &sp.seed)) return SP_EXIT_USAGE; seed_set = true; }
         else if (sp_arg_is(&a, "--stop")) {
             const char *s;
@@ -178,11 +175,12 @@ int sp_cmd_run(int argc, char **argv) {
     if (!prompt && !file) return sp_usage_error("run", "no prompt: use -p TEXT or -f FILE");
     if (prompt && file) return sp_usage_error("run", "use either -p or -f, not both");
     if (system && !chat) return sp_usage_error("run", "--system needs --chat");
-    sp_drafter *drafter = NULL;
-    if (strcmp(spec, "none") != 0) {
-        sp_err derr;
-        if (!(drafter = sp_drafter_create(spec, &dopts, &derr))) return sp_usage_error("run", "--spec: %s", derr.msg);
+    {
+        sp_err nerr;
+        if (strcmp(spec, "none") != 0 && sp_drafter_check_name(spec, &nerr))
+            return sp_usage_error("run", "--spec: %s", nerr.msg);
     }
+    sp_drafter *drafter = NULL;
     if (!seed_set) sp.seed = sp_hash64(sp_now_ns() ^ (uint64_t)getpid());
     for (int i = 0; i < r.n_stops; i++)
         if (strlen(r.stops[i]) > r.hold) r.hold = strlen(r.stops[i]);
@@ -199,6 +197,13 @@ int sp_cmd_run(int argc, char **argv) {
     int rc = SP_EXIT_FAIL;
     if (file && !(prompt = file_text = read_file(file, &err))) goto fail;
     if (sp_engine_open(&eo, &e, &err)) goto fail;
+    if (strcmp(spec, "none") != 0 && !(drafter = sp_engine_drafter(&e, spec, &so, &err))) {
+        fprintf(stderr, "specula run: --spec: %s\n", err.msg);
+        sp_engine_close(&e);
+        free(file_text);
+        free(r.text);
+        return rc;
+    }
     r.tok = e.tok;
     const char *text = prompt;
     if (chat) {
@@ -228,12 +233,12 @@ int sp_cmd_run(int argc, char **argv) {
         fprintf(stderr, "specula: %s (%s), %d threads, ctx %d, seed %llu\n", e.model->name,
                 sp_arch_name(e.model->hp.arch), e.threads, e.n_ctx, (unsigned long long)sp.seed);
     if (drafter) {
-        sp_target tgt = sp_target_of(e.model);
+        sp_target tgt = sp_target_full(e.model, e.tok, &sp);
         if (!(draft = sp_draft_open(drafter, &tgt, &err))) goto fail_engine;
-        if (draft_max == SP_DRAFT_ADAPTIVE && sp_cost_get(e.model, e.ws, e.threads, &cost, &err))
+        if (so.draft_max == SP_DRAFT_ADAPTIVE && sp_cost_get(e.model, e.ws, e.threads, &cost, &err))
             goto fail_engine;
     }
-    sp_gen_config cfg = { .max_tokens = n_predict, .draft_max = drafter ? draft_max : 0, .cost = &cost };
+    sp_gen_config cfg = { .max_tokens = n_predict, .draft_max = drafter ? so.draft_max : 0, .cost = &cost };
     sp_spec_stats st;
     sp_finish fin;
     if (sp_generate(e.model, kv, e.ws, smp, draft, &cfg, toks.ids, toks.n, on_token, &r, &st, &fin, &err))

@@ -26,6 +26,7 @@ struct sp_workspace {
     int32_t *keys;          /* (n_threads, scores_cap) key slots of a tree row */
     int scores_cap;
     struct fwd_row *rows;   /* (max_rows) where each row of a chunk belongs */
+    uint8_t *skip;          /* (n_layer) layers this workspace's passes skip, NULL = none */
 };
 
 /* One row of a pass: which cache it reads and writes, where. */
@@ -84,7 +85,16 @@ void sp_workspace_free(sp_workspace *ws) {
                      ws->act, ws->rope_cs, ws->scores, ws->keys };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) sp_free_aligned(bufs[i]);
     free(ws->rows);
+    free(ws->skip);
     free(ws);
+}
+
+void sp_workspace_skip_layers(sp_workspace *ws, const sp_model *m, const uint8_t *skip) {
+    free(ws->skip);
+    ws->skip = NULL;
+    if (!skip) return;
+    ws->skip = sp_xmalloc((size_t)m->hp.n_layer);
+    memcpy(ws->skip, skip, (size_t)m->hp.n_layer);
 }
 
 /* Attention scratch grows to the cache capacity once, never per token:
@@ -247,6 +257,7 @@ static void forward_llama(const sp_model *m, sp_workspace *ws, const int32_t *to
     const int d = hp->n_embd;
     embed(m, tokens, n, ws->x);
     for (int il = 0; il < hp->n_layer; il++) {
+        if (ws->skip && ws->skip[il]) continue;
         const sp_layer *L = &m->layers[il];
         /* attention */
         rmsnorm_rows(ws->xb, ws->x, L->attn_norm, n, d, hp->rms_eps);
@@ -280,6 +291,7 @@ static void forward_gemma3(const sp_model *m, sp_workspace *ws, const int32_t *t
     const int qd = hp->n_head * hd;
     embed(m, tokens, n, ws->x);
     for (int il = 0; il < hp->n_layer; il++) {
+        if (ws->skip && ws->skip[il]) continue;
         const sp_layer *L = &m->layers[il];
         /* attention */
         rmsnorm_rows(ws->xb, ws->x, L->attn_norm, n, d, hp->rms_eps);

@@ -115,6 +115,11 @@ typedef struct sp_workspace sp_workspace;
 
 sp_workspace *sp_workspace_create(const sp_model *m, int max_rows, sp_pool *pool);
 void sp_workspace_free(sp_workspace *ws);
+/* Passes run through this workspace skip the layers with skip[il] != 0
+ * (copied; NULL = run all): the residual stream passes through unchanged.
+ * Self-speculation drafts with such a workspace; skipped layers' cache
+ * slots are left untouched. */
+void sp_workspace_skip_layers(sp_workspace *ws, const sp_model *m, const uint8_t *skip);
 
 typedef enum sp_logits_mode {
     SP_LOGITS_NONE = 0,          /* only fill the cache */

@@ -8,10 +8,11 @@
 
 const char *sp_caps_describe(uint32_t caps, char *buf, size_t cap) {
     static const char *const names[] = { "shared embeddings", "hidden-state taps",
-                                         "anchor hidden state", "layer KV access" };
+                                         "anchor hidden state", "layer KV access",
+                                         "its tokenizer", "the request's sampling parameters" };
     size_t n = 0;
     buf[0] = 0;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 6; i++)
         if (caps & (1u << i))
             n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", n ? ", " : "", names[i]);
     if (!n) snprintf(buf, cap, "none");
@@ -22,6 +23,15 @@ const char *sp_caps_describe(uint32_t caps, char *buf, size_t cap) {
  * plain matrices of the model) but no hidden-state taps yet. */
 sp_target sp_target_of(const sp_model *m) {
     return (sp_target){ .model = m, .caps = SP_CAP_SHARED_EMBED };
+}
+
+sp_target sp_target_full(const sp_model *m, const sp_tokenizer *tok, const sp_sampler_params *sampling) {
+    sp_target t = sp_target_of(m);
+    t.tok = tok;
+    t.sampling = sampling;
+    if (tok) t.caps |= SP_CAP_TOKENIZER;
+    if (sampling) t.caps |= SP_CAP_SAMPLING;
+    return t;
 }
 
 sp_draft *sp_draft_open(sp_drafter *d, const sp_target *t, sp_err *err) {
@@ -71,7 +81,7 @@ long sp_ckpt_check(const sp_drafter *d, const uint8_t *buf, size_t len, sp_err *
     return (long)n + 1;
 }
 
-sp_drafter *sp_drafter_create(const char *name, const sp_drafter_opts *o, sp_err *err) {
+static sp_drafter *create_one(const char *name, const sp_drafter_opts *o, sp_err *err) {
     if (!strcmp(name, "ngram"))
         return sp_ngram_create_tree(o && o->ngram_min ? o->ngram_min : 1,
                                     o && o->ngram_max ? o->ngram_max : 3,
@@ -84,6 +94,77 @@ sp_drafter *sp_drafter_create(const char *name, const sp_drafter_opts *o, sp_err
         if (o && o->tree_width) so.tree_width = o->tree_width;
         return sp_suffix_create(&so, err);
     }
-    sp_err_set(err, "unknown speculative method '%s' (available: ngram, suffix)", name);
+    if (!strcmp(name, "draft")) {
+        if (!o || !o->draft_model) {
+            sp_err_set(err, "method 'draft' needs a draft model (--draft-model PATH|NAME)");
+            return NULL;
+        }
+        return sp_draft_model_create(o->draft_model, &o->dm, o->pool, err);
+    }
+    if (!strcmp(name, "self")) {
+        if (!o || !o->target) {
+            sp_err_set(err, "method 'self' needs the target model");
+            return NULL;
+        }
+        const int L = o->target->hp.n_layer;
+        uint8_t *keep = sp_xmalloc((size_t)L), *skip = sp_xmalloc((size_t)L);
+        sp_drafter *d = NULL;
+        if (o->self_layers) {
+            if (sp_parse_layers(o->self_layers, L, keep, err)) goto out;
+        } else {
+            sp_self_default_layers(o->target, keep);
+        }
+        for (int il = 0; il < L; il++) skip[il] = !keep[il];
+        d = sp_self_create(o->target, skip, &o->dm, o->pool, err);
+    out:
+        free(keep);
+        free(skip);
+        return d;
+    }
+    sp_err_set(err, "unknown speculative method '%s' (available: ngram, suffix, draft, self, or a "
+               "comma-separated combination)", name);
     return NULL;
+}
+
+sp_drafter *sp_drafter_create(const char *name, const sp_drafter_opts *o, sp_err *err) {
+    if (!strpbrk(name, ",+")) return create_one(name, o, err);
+    sp_drafter *subs[4];
+    int n = 0;
+    char *copy = sp_xstrdup(name), *save = NULL;
+    sp_drafter *d = NULL;
+    for (char *t = strtok_r(copy, ",+", &save); t; t = strtok_r(NULL, ",+", &save)) {
+        if (n == 4) { sp_err_set(err, "at most 4 combined drafters"); goto fail; }
+        for (int i = 0; i < n; i++)
+            if (!strcmp(subs[i]->name, t)) { sp_err_set(err, "drafter '%s' listed twice", t); goto fail; }
+        if (!(subs[n] = create_one(t, o, err))) goto fail;
+        n++;
+    }
+    d = sp_combine_create(subs, n, err);
+    if (d) { free(copy); return d; }
+fail:
+    for (int i = 0; i < n; i++) sp_drafter_free(subs[i]);
+    free(copy);
+    return NULL;
+}
+
+int sp_drafter_check_name(const char *name, sp_err *err) {
+    static const char *const known[] = { "ngram", "suffix", "draft", "self" };
+    char *copy = sp_xstrdup(name), *save = NULL;
+    int n = 0, rc = 0;
+    for (char *t = strtok_r(copy, ",+", &save); t && !rc; t = strtok_r(NULL, ",+", &save)) {
+        bool ok = false;
+        for (size_t i = 0; i < sizeof known / sizeof *known; i++) ok |= !strcmp(t, known[i]);
+        if (!ok)
+            rc = sp_err_set(err, "unknown speculative method '%s' (available: ngram, suffix, draft, "
+                            "self, or a combination joined by ',' or '+')", t);
+        n++;
+    }
+    if (!rc && (n == 0 || n > 4)) rc = sp_err_set(err, "1 to 4 speculative methods, got %d", n);
+    free(copy);
+    return rc;
+}
+
+void sp_self_default_layers(const sp_model *m, uint8_t *keep) {
+    const int L = m->hp.n_layer;
+    for (int il = 0; il < L; il++) keep[il] = il < L / 2 || il == L - 1;
 }

@@ -296,6 +296,8 @@ static int finish_round(sp_seq *q, sp_err *err) {
     q->st.sample_ns += sp_now_ns() - t1;
 
     if (q->draft && n > 0) {
+        const char *who = sp_combine_part(q->draft, NULL);
+        if (who) sp_stats_method(&q->st, who, n, k);
         uint64_t t2 = sp_now_ns();
         q->draft->drafter->ops->commit(q->draft, n, k, q->prop.parent ? path : NULL, NULL);
         q->st.draft_ns += sp_now_ns() - t2;

@@ -27,6 +27,7 @@
 #include "base/base.h"
 #include "model/model.h"
 #include "sample/sample.h"
+#include "tokenizer/tokenizer.h"   /* cross-tokenizer drafting re-tokenizes text */
 
 #define SP_MAX_DRAFT 32              /* longest proposal a round verifies */
 #define SP_STAT_POSITIONS SP_MAX_DRAFT
@@ -42,15 +43,22 @@ enum {
     SP_CAP_HIDDEN_TAPS = 1u << 1,    /* hidden states at chosen layers per row */
     SP_CAP_ANCHOR_HIDDEN = 1u << 2,  /* final hidden state of the pending row */
     SP_CAP_LAYER_KV = 1u << 3,       /* read-only KV of a layer */
+    SP_CAP_TOKENIZER = 1u << 4,      /* the target's tokenizer (cross-vocabulary drafting) */
+    SP_CAP_SAMPLING = 1u << 5,       /* the request's sampling parameters (drafters returning q) */
 };
 const char *sp_caps_describe(uint32_t caps, char *buf, size_t cap);
 
 typedef struct sp_target {
     const sp_model *model;           /* identity of the target (borrowed) */
     uint32_t caps;                   /* SP_CAP_* the engine provides */
+    const sp_tokenizer *tok;         /* with SP_CAP_TOKENIZER (borrowed) */
+    const sp_sampler_params *sampling; /* with SP_CAP_SAMPLING (borrowed, request lifetime) */
 } sp_target;
 /* The capabilities this engine's forward pass provides for a model. */
 sp_target sp_target_of(const sp_model *m);
+/* The same, plus the target's tokenizer and the request's sampling
+ * parameters (either may be NULL). */
+sp_target sp_target_full(const sp_model *m, const sp_tokenizer *tok, const sp_sampler_params *sampling);
 
 /* Hidden states handed to drafters that asked for taps (none yet: no
  * drafter in this build declares SP_CAP_HIDDEN_TAPS). */
@@ -171,6 +179,30 @@ sp_suffix_opts sp_suffix_defaults(void);
 /* o = NULL: the defaults.  Fails (err) on out-of-range options. */
 sp_drafter *sp_suffix_create(const sp_suffix_opts *o, sp_err *err);
 
+/* A second, smaller model drafts ("draft"), or the target drafts with a
+ * subset of its own layers ("self").  Same vocabulary: token ids pass
+ * through, the draft cache rolls back exactly on rejection, and with
+ * `sample` the draft samples from its own distribution q (the request's
+ * sampling parameters applied to the draft's logits) and returns q, so
+ * the target verifies by speculative sampling.  Different vocabularies
+ * (checked: kind, size, special tokens, every token's text): drafts are
+ * made on text — the target history is detokenized and re-tokenized for
+ * the draft model, the draft's text re-tokenized for the target after the
+ * last few target tokens (universal assisted generation); greedy only. */
+typedef struct sp_draft_model_opts {
+    int n_ctx;                       /* draft cache size (0 = 4096) */
+    bool sample;                     /* speculative sampling with q (same vocabulary only) */
+    float min_prob;                  /* stop drafting when the draft's top probability is below (0 = never) */
+} sp_draft_model_opts;
+/* path: the draft GGUF.  pool is borrowed (the engine's). */
+sp_drafter *sp_draft_model_create(const char *path, const sp_draft_model_opts *o, sp_pool *pool,
+                                  sp_err *err);
+/* skip[il] != 0: layers of `target` the draft skips (copied). */
+sp_drafter *sp_self_create(const sp_model *target, const uint8_t *skip, const sp_draft_model_opts *o,
+                           sp_pool *pool, sp_err *err);
+/* Parses "0-7,28-29" style layer lists into keep[n_layer] (1 = listed). */
+int sp_parse_layers(const char *spec, int n_layer, uint8_t *keep, sp_err *err);
+
 /* Creates a drafter by name ("ngram", "suffix") with parameters from the
  * options below (0 = default). */
 typedef struct sp_drafter_opts {
@@ -178,8 +210,24 @@ typedef struct sp_drafter_opts {
     float suffix_factor, suffix_min_prob;
     int suffix_max_depth;
     int tree_width;                  /* tree proposals (ngram, suffix); 0/1 = chains */
+    /* model drafters */
+    const char *draft_model;         /* "draft": path of the draft GGUF */
+    const sp_model *target;          /* "self": the target (borrowed) */
+    const char *self_layers;         /* "self": layers the draft keeps, e.g. "0-14,29"; NULL = default */
+    sp_pool *pool;                   /* the engine's pool (borrowed) */
+    sp_draft_model_opts dm;
 } sp_drafter_opts;
+/* Several drafters, first proposal wins (see combine.c); takes ownership
+ * of subs[0..n). */
+sp_drafter *sp_combine_create(sp_drafter **subs, int n, sp_err *err);
+/* Which part of a combined draft proposed last (its name; index in *index),
+ * or the draft's own name for a single drafter; NULL if none did. */
+const char *sp_combine_part(const sp_draft *s, int *index);
+/* The layers "self" keeps by default for a model: [0, n/2) and the last. */
+void sp_self_default_layers(const sp_model *m, uint8_t *keep);
 sp_drafter *sp_drafter_create(const char *name, const sp_drafter_opts *o, sp_err *err);
+/* Checks a method name (or combination) without creating anything. */
+int sp_drafter_check_name(const char *name, sp_err *err);
 
 /* ==========================================================================
  * Verification (verify.c)
@@ -196,8 +244,16 @@ int32_t sp_verify_specsample(const sp_cand *p, int n_p, const float *q, int n_vo
 /* ==========================================================================
  * Statistics (stats.c)
  * ======================================================================= */
+typedef struct sp_method_stats {
+    char name[16];
+    int64_t rounds, drafted, accepted;
+} sp_method_stats;
+#define SP_STAT_METHODS 4
+
 typedef struct sp_spec_stats {
     int64_t requests;                /* generations summed into these stats */
+    sp_method_stats by_method[SP_STAT_METHODS]; /* per drafter of a combination */
+    int n_methods;
     int64_t rounds;                  /* verification rounds (incl. plain steps) */
     int64_t spec_rounds;             /* rounds with >= 1 draft token */
     int64_t drafted, accepted;
@@ -210,6 +266,8 @@ typedef struct sp_spec_stats {
 } sp_spec_stats;
 
 void sp_stats_add(sp_spec_stats *into, const sp_spec_stats *s);
+/* Records a verified proposal of drafter `name` (per-drafter breakdown). */
+void sp_stats_method(sp_spec_stats *st, const char *name, int drafted, int accepted);
 double sp_stats_accept_rate(const sp_spec_stats *s);     /* accepted / drafted */
 double sp_stats_mean_accept_len(const sp_spec_stats *s); /* 1 + accepted / spec rounds */
 double sp_stats_tokens_per_forward(const sp_spec_stats *s);

@@ -2,8 +2,36 @@
 #include "spec/spec.h"
 
 #include <stdio.h>
+#include <string.h>
+
+void sp_stats_method(sp_spec_stats *st, const char *name, int drafted, int accepted) {
+    int i = 0;
+    while (i < st->n_methods && strcmp(st->by_method[i].name, name)) i++;
+    if (i == st->n_methods) {
+        if (i == SP_STAT_METHODS) return;
+        snprintf(st->by_method[i].name, sizeof st->by_method[i].name, "%s", name);
+        st->n_methods++;
+    }
+    st->by_method[i].rounds++;
+    st->by_method[i].drafted += drafted;
+    st->by_method[i].accepted += accepted;
+}
 
 void sp_stats_add(sp_spec_stats *a, const sp_spec_stats *s) {
+    for (int i = 0; i < s->n_methods; i++) {
+        const sp_method_stats *m = &s->by_method[i];
+        int j = 0;
+        while (j < a->n_methods && strcmp(a->by_method[j].name, m->name)) j++;
+        if (j == a->n_methods) {
+            if (j == SP_STAT_METHODS) continue;
+            a->by_method[j] = (sp_method_stats){ .rounds = 0 };
+            memcpy(a->by_method[j].name, m->name, sizeof m->name);
+            a->n_methods++;
+        }
+        a->by_method[j].rounds += m->rounds;
+        a->by_method[j].drafted += m->drafted;
+        a->by_method[j].accepted += m->accepted;
+    }
     a->requests += s->requests;
     a->rounds += s->rounds;
     a->spec_rounds += s->spec_rounds;
@@ -51,4 +79,10 @@ void sp_stats_format(const sp_spec_stats *s, const char *method, char *buf, size
     for (int i = 0; i < SP_STAT_POSITIONS && s->pos_drafted[i] && n < cap; i++)
         n += (size_t)snprintf(buf + n, cap - n, " %.2f",
                               (double)s->pos_accepted[i] / (double)s->pos_drafted[i]);
+    if (s->n_methods > 1)
+        for (int i = 0; i < s->n_methods && n < cap; i++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s %s: %lld rounds, %lld/%lld accepted",
+                                  i ? ";" : " | by drafter:", s->by_method[i].name,
+                                  (long long)s->by_method[i].rounds, (long long)s->by_method[i].accepted,
+                                  (long long)s->by_method[i].drafted);
 }

@@ -70,6 +70,9 @@ bool sp_tokenizer_add_bos(const sp_tokenizer *t);           /* the file's defaul
 /* True for tokens that end generation: EOS, EOT-like tokens (<|im_end|>,
  * <end_of_turn>, <|endoftext|>, <eos>, ...). */
 bool sp_tokenizer_is_eog(const sp_tokenizer *t, int32_t id);
+/* True if ids mean the same in both vocabularies: kind, size, BOS/EOS and
+ * every token's text, control and end-of-generation attributes (compare.c). */
+bool sp_tokenizer_same_vocab(const sp_tokenizer *a, const sp_tokenizer *b);
 /* Id of a token by its exact text, or -1. */
 int32_t sp_tokenizer_find(const sp_tokenizer *t, const char *text);
 /* True if the token is a control token (rendered as nothing unless asked). */

@@ -88,7 +88,7 @@ static sp_spec_stats gen_with(fixture *f, sp_drafter *dr, const sp_tokens *p, fl
     sp.temperature = temp; sp.top_k = 40; sp.top_p = 0.95f; sp.seed = 1234;
     sp_sampler *smp = sp_sampler_create(&sp, f->m->hp.n_vocab);
     sp_kv *kv = sp_kv_create(f->m, n_ctx);
-    sp_target t = sp_target_of(f->m);
+    sp_target t = sp_target_full(f->m, f->tok, &sp);
     sp_draft *d = spec ? sp_draft_open(dr, &t, &err) : NULL;
     sp_gen_config cfg = { .max_tokens = max_tokens, .draft_max = spec ? draft_max : 0, .cost = &f->cheap };
     sp_spec_stats st;
@@ -200,12 +200,67 @@ static void test_edges(void **state) {
     sp_tokens_free(&p);
 }
 
+/* Model drafters: a same-vocabulary draft model (the target itself, so
+ * drafts are accepted), a draft model of another vocabulary (SmolLM2 for
+ * Gemma: drafting on text), self-speculation, a combination, and
+ * speculative sampling with q: all reproduce plain decoding exactly at
+ * temperature 0, and token-match drafters also at 0.8 with a seed. */
+static void check_drafter(fixture *f, const char *method, const sp_drafter_opts *o, bool t08) {
+    sp_err err;
+    sp_drafter *d = sp_drafter_create(method, o, &err);
+    if (!d) fail_msg("%s: %s", method, err.msg);
+    int64_t accepted = 0;
+    for (size_t i = 1; i < sizeof prompts / sizeof *prompts; i++) {
+        sp_tokens p = { 0 };
+        prompt_tokens(f, prompts[i], &p);
+        for (int ti = 0; ti < (t08 ? 2 : 1); ti++) {
+            const float temp = ti ? 0.8f : 0.0f;
+            run_out plain = { .tok = f->tok }, spec = { .tok = f->tok };
+            sp_finish f1, f2;
+            gen(f, &p, temp, 0, false, 24, 1024, &plain, &f1, NULL);
+            sp_spec_stats st = gen_with(f, d, &p, temp, 4, true, 24, 1024, &spec, &f2, NULL);
+            char what[96];
+            snprintf(what, sizeof what, "%s, prompt %zu, T=%.1f", method, i, (double)temp);
+            assert_same(&plain, &spec, what);
+            assert_int_equal(f1, f2);
+            accepted += st.accepted;
+        }
+        sp_tokens_free(&p);
+    }
+    printf("# %s: accepted %lld\n", method, (long long)accepted);
+    assert_true(accepted > 0);
+    sp_drafter_free(d);
+}
+
+static void test_model_drafters(void **state) {
+    fixture *f = *state;
+    const bool gemma = f->m->hp.arch == SP_ARCH_GEMMA3;
+    sp_drafter_opts o = { .pool = f->pool, .target = f->m };
+    /* the target as its own draft: every greedy draft is accepted */
+    o.draft_model = sp_test_model_path(gemma ? SP_TEST_GEMMA3 : SP_TEST_SMOLLM2);
+    check_drafter(f, "draft", &o, false);
+    o.dm.sample = true;                  /* q returned: speculative sampling (T = 0 here) */
+    check_drafter(f, "draft", &o, false);
+    o.dm.sample = false;
+    if (gemma) {                         /* cross-tokenizer: SmolLM2 drafts for Gemma */
+        char path[4096];
+        snprintf(path, sizeof path, "%s", sp_test_model_path(SP_TEST_SMOLLM2));
+        o.draft_model = path;
+        check_drafter(f, "draft", &o, true);
+        check_drafter(f, "ngram,draft", &o, false);
+    }
+    o.self_layers = gemma ? "0-11,17" : "0-13,16-29";
+    check_drafter(f, "self", &o, true);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lossless, setup_smol, teardown),
         cmocka_unit_test_setup_teardown(test_edges, setup_smol, teardown),
         cmocka_unit_test_setup_teardown(test_lossless, setup_gemma, teardown),
         cmocka_unit_test_setup_teardown(test_edges, setup_gemma, teardown),
+        cmocka_unit_test_setup_teardown(test_model_drafters, setup_smol, teardown),
+        cmocka_unit_test_setup_teardown(test_model_drafters, setup_gemma, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,166 @@
+/* Several drafters behind one ("ngram,suffix,draft"): each round, the
+ * first that proposes wins, so later (costlier) drafters run only when the
+ * earlier ones find nothing.
+ *
+ * Every sub-draft must still see every emitted token, in order.  A sub-draft
+ * that is not asked in a round, or whose proposal lost, keeps a backlog of
+ * the tokens it has not seen (the feed, then the accepted drafts of the
+ * winner) and gets it as its feed the next time it is asked.  So a model
+ * drafter pays for the tokens it missed only when it is needed.
+ */
+#include "spec/spec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CB_MAX 4
+
+typedef struct cb_drafter {
+    sp_drafter *sub[CB_MAX];     /* owned */
+    int n;
+} cb_drafter;
+
+typedef struct cb_draft {
+    sp_draft *sub[CB_MAX];
+    int n;
+    int32_t *backlog[CB_MAX];    /* tokens sub i has not seen */
+    int n_back[CB_MAX], cap_back[CB_MAX];
+    int winner;                  /* whose proposal is out, -1 = none */
+    sp_proposal prop;
+} cb_draft;
+
+static void back_push(cb_draft *g, int i, const int32_t *t, int n) {
+    if (g->n_back[i] + n > g->cap_back[i]) {
+        g->cap_back[i] = (g->n_back[i] + n) * 2 + 32;
+        g->backlog[i] = sp_xrealloc(g->backlog[i], (size_t)g->cap_back[i] * sizeof(int32_t));
+    }
+    memcpy(g->backlog[i] + g->n_back[i], t, (size_t)n * sizeof(int32_t));
+    g->n_back[i] += n;
+}
+
+static sp_draft *cb_open(sp_drafter *d, const sp_target *t, sp_err *err) {
+    cb_drafter *c = d->impl;
+    cb_draft *g = sp_xcalloc(1, sizeof *g);
+    g->winner = -1;
+    for (int i = 0; i < c->n; i++) {
+        if (!(g->sub[i] = sp_draft_open(c->sub[i], t, err))) {
+            for (int j = 0; j < i; j++) sp_draft_close(g->sub[j]);
+            free(g);
+            return NULL;
+        }
+        g->n++;
+    }
+    sp_draft *s = sp_xcalloc(1, sizeof *s);
+    s->drafter = d;
+    s->impl = g;
+    return s;
+}
+
+static int cb_prefill(sp_draft *s, const int32_t *prompt, int n, const sp_taps *taps, sp_err *err) {
+    cb_draft *g = s->impl;
+    for (int i = 0; i < g->n; i++) {
+        g->n_back[i] = 0;
+        if (g->sub[i]->drafter->ops->prefill(g->sub[i], prompt, n, taps, err)) return -1;
+    }
+    return 0;
+}
+
+static int cb_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
+                      sp_err *err) {
+    cb_draft *g = s->impl;
+    for (int i = 0; i < g->n; i++) back_push(g, i, feed, n_feed);
+    g->winner = -1;
+    *out = (sp_proposal){ 0 };
+    if (max_n <= 0) return 0;    /* nobody is asked: everyone keeps the backlog */
+    for (int i = 0; i < g->n; i++) {
+        sp_draft *sub = g->sub[i];
+        sp_proposal p;
+        if (sub->drafter->ops->propose(sub, g->backlog[i], g->n_back[i], max_n, &p, err)) return -1;
+        g->n_back[i] = 0;
+        if (p.n > 0) {
+            g->winner = i;
+            g->prop = p;
+            *out = p;
+            return 0;
+        }
+        sub->drafter->ops->commit(sub, 0, 0, NULL, NULL);
+    }
+    return 0;
+}
+
+static void cb_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path, const sp_taps *v) {
+    cb_draft *g = s->impl;
+    if (g->winner < 0) return;
+    g->sub[g->winner]->drafter->ops->commit(g->sub[g->winner], n_drafted, n_accepted, path, v);
+    /* the others learn the accepted drafts with their next feed */
+    for (int i = 0; i < g->n; i++) {
+        if (i == g->winner) continue;
+        for (int j = 0; j < n_accepted; j++)
+            back_push(g, i, &g->prop.tokens[path ? path[j] : j], 1);
+    }
+    g->winner = -1;
+}
+
+static int cb_checkpoint(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err) {
+    (void)buf; (void)len;
+    return sp_err_set(err, "drafter '%s': checkpoints of combined drafters are not supported", s->drafter->name);
+}
+
+static int cb_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *err) {
+    (void)buf; (void)len;
+    return sp_err_set(err, "drafter '%s': checkpoints of combined drafters are not supported", s->drafter->name);
+}
+
+static void cb_close(sp_draft *s) {
+    cb_draft *g = s->impl;
+    for (int i = 0; i < g->n; i++) {
+        sp_draft_close(g->sub[i]);
+        free(g->backlog[i]);
+    }
+    free(g);
+    free(s);
+}
+
+static void cb_free(sp_drafter *d) {
+    cb_drafter *c = d->impl;
+    for (int i = 0; i < c->n; i++) sp_drafter_free(c->sub[i]);
+    free(c);
+    free(d);
+}
+
+static const sp_drafter_ops cb_ops = {
+    .open = cb_open, .prefill = cb_prefill, .propose = cb_propose, .commit = cb_commit,
+    .checkpoint = cb_checkpoint, .restore = cb_restore, .close = cb_close, .free = cb_free,
+};
+
+sp_drafter *sp_combine_create(sp_drafter **subs, int n, sp_err *err) {
+    if (n < 2 || n > CB_MAX) {
+        sp_err_set(err, "combine: 2 to %d drafters (got %d)", CB_MAX, n);
+        return NULL;
+    }
+    cb_drafter *c = sp_xcalloc(1, sizeof *c);
+    sp_drafter *d = sp_xcalloc(1, sizeof *d);
+    d->ops = &cb_ops;
+    d->impl = c;
+    d->cheap = true;
+    d->default_draft_max = 0;
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        c->sub[c->n++] = subs[i];
+        d->needs |= subs[i]->needs;
+        d->cheap &= subs[i]->cheap;
+        if (subs[i]->default_draft_max > d->default_draft_max) d->default_draft_max = subs[i]->default_draft_max;
+        len += (size_t)snprintf(d->name + len, len < sizeof d->name ? sizeof d->name - len : 0, "%s%s",
+                                i ? "," : "", subs[i]->name);
+    }
+    snprintf(d->ns, sizeof d->ns, "combine-v1:%s", d->name);
+    return d;
+}
+
+const char *sp_combine_part(const sp_draft *s, int *index) {
+    if (s->drafter->ops != &cb_ops) { if (index) *index = 0; return s->drafter->name; }
+    const cb_draft *g = s->impl;
+    if (index) *index = g->winner;
+    return g->winner >= 0 ? g->sub[g->winner]->drafter->name : NULL;
+}
