@@ -46,11 +46,7 @@ static const char bench_help[] =
 #define MAX_METHODS 8
 #define MAX_PROMPTS 4096
 
-typedef struct prompt {
-    char *id, *category;
-    sp_tokens toks;
-    int max_tokens;
-} prompt;
+typedef sp_bench_prompt prompt;
 
 typedef struct result {                /* one (prompt, method) */
     double *tps;                       /* (repeats) decode tok/s */
@@ -138,6 +134,24 @@ static int load_prompts(const bench_opts *o, const sp_engine *e, prompt *ps, int
     *n_out = n;
     if (!rc && n == 0) rc = sp_err_set(err, "%s: no prompts selected", o->prompts_path);
     return rc;
+}
+
+int sp_bench_load(const char *path, const sp_engine *e, int limit, sp_bench_prompt **out, int *n,
+                  sp_err *err) {
+    bench_opts o = { .prompts_path = path, .limit = limit };
+    *out = sp_xcalloc(MAX_PROMPTS, sizeof **out);
+    if (load_prompts(&o, e, *out, n, err)) {
+        sp_bench_free(*out, *n);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void sp_bench_free(sp_bench_prompt *ps, int n) {
+    if (!ps) return;
+    for (int i = 0; i < n; i++) { free(ps[i].id); free(ps[i].category); sp_tokens_free(&ps[i].toks); }
+    free(ps);
 }
 
 /* ----------------------------------------------------------------------------

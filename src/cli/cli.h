@@ -21,6 +21,7 @@ int sp_cmd_serve(int argc, char **argv);
 int sp_cmd_info(int argc, char **argv);
 int sp_cmd_perplexity(int argc, char **argv);
 int sp_cmd_bench(int argc, char **argv);
+int sp_cmd_tune_self(int argc, char **argv);
 int sp_cmd_quantize(int argc, char **argv);
 
 /* ------------------------------------------------------------------------
@@ -104,6 +105,19 @@ typedef struct sp_engine {
 } sp_engine;
 int sp_engine_open(const sp_engine_opts *o, sp_engine *e, sp_err *err);
 void sp_engine_close(sp_engine *e);
+/* A prompt of a JSONL bench set, rendered with the model's chat template
+ * and tokenized (bench.c). */
+typedef struct sp_bench_prompt {
+    char *id, *category;
+    sp_tokens toks;
+    int max_tokens;
+} sp_bench_prompt;
+int sp_bench_load(const char *path, const sp_engine *e, int limit, sp_bench_prompt **out, int *n,
+                  sp_err *err);
+void sp_bench_free(sp_bench_prompt *ps, int n);
+/* Where tune-self saves a model's self-speculation layers. */
+void sp_self_cache_path(const sp_model *m, char *buf, size_t cap);
+
 /* Creates the drafter for a --spec / --methods name with the engine's
  * target and pool (model names of --draft-model resolved). */
 sp_drafter *sp_engine_drafter(const sp_engine *e, const char *method, const sp_spec_cli *o, sp_err *err);

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const struct { const char *name, *file; } sp_known_models[] = {
-    { "smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf" },
-    { "gemma3-270m", "gemma-3-270m-q4_k_m.gguf" },
+static const struct { const char *name, *file, *self_layers; } sp_known_models[] = {
+    { "smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf", NULL },
+    { "gemma3-270m", "gemma-3-270m-q4_k_m.gguf", NULL },
 };
 
 const char *sp_default_model(void) { return "smollm2-135m"; }
@@ -69,9 +69,44 @@ void sp_engine_close(sp_engine *e) {
     memset(e, 0, sizeof *e);
 }
 
+void sp_self_cache_path(const sp_model *m, char *buf, size_t cap) {
+    char dir[3072];
+    cache_dir(dir, sizeof dir);   /* .../specula/models */
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/self");
+    mkdir(dir, 0755);
+    const char *base = strrchr(m->path, '/');
+    snprintf(buf, cap, "%s/%s.layers", dir, base ? base + 1 : m->path);
+}
+
+/* Layers --spec self keeps when --self-layers is not given: what tune-self
+ * saved for this model, else the subset tune-self found for the known
+ * models (see BENCHMARKS.md), else the spec layer's default. */
+static const char *self_default(const sp_model *m, char *buf, size_t cap) {
+    char path[4096];
+    sp_self_cache_path(m, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        bool ok = fgets(buf, (int)cap, f) != NULL;
+        fclose(f);
+        if (ok) {
+            buf[strcspn(buf, "\r\n")] = 0;
+            if (*buf) return buf;
+        }
+    }
+    const char *base = strrchr(m->path, '/');
+    base = base ? base + 1 : m->path;
+    for (size_t i = 0; i < sizeof sp_known_models / sizeof *sp_known_models; i++)
+        if (!strcmp(base, sp_known_models[i].file) && sp_known_models[i].self_layers)
+            return sp_known_models[i].self_layers;
+    return NULL;
+}
+
 sp_drafter *sp_engine_drafter(const sp_engine *e, const char *method, const sp_spec_cli *o, sp_err *err) {
     sp_drafter_opts d = o->d;
-    char path[4096];
+    char path[4096], layers[1024];
+    if (!d.self_layers) d.self_layers = self_default(e->model, layers, sizeof layers);
     if (o->draft_model) {
         if (sp_resolve_model(o->draft_model, path, sizeof path, err)) return NULL;
         d.draft_model = path;

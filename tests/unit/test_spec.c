@@ -28,7 +28,7 @@ static sp_draft *open_ngram(sp_drafter **d, int min, int max) {
     sp_err err;
     *d = sp_ngram_create(min, max, &err);
     assert_non_null(*d);
-    sp_target t = { NULL, SP_CAP_SHARED_EMBED };
+    sp_target t = { .model = NULL, .caps = SP_CAP_SHARED_EMBED };
     sp_draft *s = sp_draft_open(*d, &t, &err);
     assert_non_null(s);
     return s;
@@ -178,7 +178,7 @@ static void test_ngram_tree(void **st) {
     sp_err err;
     sp_drafter *d = sp_ngram_create_tree(1, 2, 3, &err);
     assert_non_null(d);
-    sp_target t = { NULL, 0 };
+    sp_target t = { .model = NULL, .caps = 0 };
     sp_draft *s = sp_draft_open(d, &t, &err);
     /* "7 8" occurs followed by 1 2, by 1 3 and by 4 5 */
     const int32_t prompt[] = { 7, 8, 1, 2, 0, 7, 8, 1, 3, 0, 7, 8, 4, 5, 0, 9, 7 };
@@ -238,7 +238,7 @@ static void test_capability_refusal(void **st) {
     (void)st;
     static const sp_drafter_ops ops = { .open = never_open };
     sp_drafter d = { .ops = &ops, .name = "eagle", .needs = SP_CAP_HIDDEN_TAPS };
-    sp_target t = { NULL, SP_CAP_SHARED_EMBED };
+    sp_target t = { .model = NULL, .caps = SP_CAP_SHARED_EMBED };
     sp_err err;
     assert_null(sp_draft_open(&d, &t, &err));
     assert_non_null(strstr(err.msg, "drafter 'eagle' needs hidden-state taps"));

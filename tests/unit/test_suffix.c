@@ -515,7 +515,7 @@ static void test_tree_shape(void **st) {
 
 static sp_draft *open_draft(sp_drafter *d) {
     sp_err err;
-    sp_target t = { NULL, SP_CAP_SHARED_EMBED };
+    sp_target t = { .model = NULL, .caps = SP_CAP_SHARED_EMBED };
     sp_draft *s = sp_draft_open(d, &t, &err);
     assert_non_null(s);
     return s;
@@ -834,7 +834,7 @@ static void *work(void *arg) {
     worker *w = arg;
     sp_rng r = { w->seed };
     sp_err err;
-    sp_target tg = { NULL, SP_CAP_SHARED_EMBED };
+    sp_target tg = { .model = NULL, .caps = SP_CAP_SHARED_EMBED };
     int32_t doc[4][300];
     sp_rng dr = { 1234 };               /* the same documents in every thread */
     for (int k = 0; k < 4; k++)
