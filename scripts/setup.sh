@@ -24,4 +24,7 @@ if ! .venv/bin/python -c "import openai" 2>/dev/null; then
     python3 -m venv .venv
     .venv/bin/pip install -q --disable-pip-version-check "openai>=1.0"
 fi
+# `specula quantize` tests check the files it writes with llama.cpp's `gguf`
+# package (pinned in tests/tools/gguf_python.sh, which installs it here).
+tests/tools/gguf_python.sh >/dev/null
 echo "setup: build dependencies present" >&2
