@@ -102,6 +102,20 @@ typedef struct qz_job {
     uint64_t in_bytes, out_bytes;
 } qz_job;
 
+/* A name from the file for a message (into buf): printable ASCII as is,
+ * other bytes as \xNN, so a hostile name cannot drive the terminal. */
+static const char *qz_escape(const char *p, size_t len, char *buf, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c >= 0x20 && c < 0x7f) buf[o++] = (char)c;
+        else o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+    }
+    buf[o] = 0;
+    return buf;
+}
+#define QZ_ESC(s, buf) qz_escape((s), strlen(s), (buf), sizeof(buf))
+
 /* ------------------------------------------------------------------------
  * Options
  * ---------------------------------------------------------------------- */
@@ -262,9 +276,8 @@ static int qz_cut_per_layer(sp_gguf_writer *w, const sp_gguf_kv *kv, const char 
     if (v->type != SP_GGUF_ARRAY || v->v.arr.n != (uint64_t)n_layer || kv->key.len <= al + 1 ||
         memcmp(kv->key.ptr, arch, al) != 0 || kv->key.ptr[al] != '.' || v->v.arr.type == SP_GGUF_ARRAY)
         return 0;
-    char key[256];
-    if (kv->key.len >= sizeof key) return 0;
-    sp_str_cpy(kv->key, key, sizeof key);
+    char *key = sp_xmalloc((size_t)kv->key.len + 1), esc[160];
+    sp_str_cpy(kv->key, key, (size_t)kv->key.len + 1);   /* keys hold no NUL: checked by the reader */
     sp_gguf_value cut = *v;
     cut.v.arr.n = (uint64_t)n_keep;
     size_t es = 0;
@@ -277,18 +290,19 @@ static int qz_cut_per_layer(sp_gguf_writer *w, const sp_gguf_kv *kv, const char 
     } else {
         static const uint8_t sizes[SP_GGUF_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
         es = v->v.arr.type < SP_GGUF_TYPE_COUNT ? sizes[v->v.arr.type] : 0;
-        if (!es) return 0;
+        if (!es) { free(key); return 0; }
         data = sp_xmalloc(es * (size_t)n_keep + 1);
         for (int l = 0; l < n_layer; l++)
             if (map[l] >= 0) memcpy((uint8_t *)data + es * (size_t)map[l], (const uint8_t *)v->v.arr.data + es * (size_t)l, es);
         cut.v.arr.data = data;
     }
     int rc = sp_gguf_writer_set(w, key, &cut, err);
+    if (!rc)
+        fprintf(stderr, "specula quantize: %s: per-block array cut to the %d kept blocks\n", QZ_ESC(key, esc), n_keep);
     free(data);
     free(strs);
-    if (rc) return -1;
-    fprintf(stderr, "specula quantize: %s: per-block array cut to the %d kept blocks\n", key, n_keep);
-    return 1;
+    free(key);
+    return rc ? -1 : 1;
 }
 
 /* All pairs of the source, then the overrides: block_count and per-block
@@ -318,18 +332,6 @@ static int qz_metadata(sp_gguf_writer *w, const sp_gguf *g, const qz_opts *o, co
  * Tensors
  * ---------------------------------------------------------------------- */
 
-/* Writes name for a message: printable ASCII as is, other bytes as \xNN. */
-static const char *qz_escape(sp_str s, char *buf, size_t cap) {
-    size_t o = 0;
-    for (uint64_t i = 0; i < s.len && o + 8 < cap; i++) {
-        unsigned char c = (unsigned char)s.ptr[i];
-        if (c >= 0x20 && c < 0x7f) buf[o++] = (char)c;
-        else o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
-    }
-    buf[o] = 0;
-    return buf;
-}
-
 static bool qz_is_low_bit(uint32_t t) {
     return t == SP_Q4_0 || t == SP_Q4_1 || t == SP_Q5_0 || t == SP_Q5_1;
 }
@@ -338,17 +340,18 @@ static bool qz_is_low_bit(uint32_t t) {
  * for fallbacks go to stderr. */
 static uint32_t qz_target_type(const sp_gguf_tensor *t, const char *name, const qz_opts *o) {
     bool head = !strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight");
+    char esc[160];
     if (o->type == QZ_KEEP || (head && o->keep_output)) return t->type;
     uint32_t want = t->n_dims == 1 ? SP_F32 : head && qz_is_low_bit(o->type) ? SP_Q8_0 : o->type;
     if (want == t->type) return want;
     if (!sp_kernel_supports(t->type)) {
         fprintf(stderr, "specula quantize: notice: %s has type %s, which specula cannot convert; copied "
-                "unchanged\n", name, sp_dtype_name(t->type));
+                "unchanged\n", QZ_ESC(name, esc), sp_dtype_name(t->type));
         return t->type;
     }
     if (t->ne[0] % sp_dtype_get(want)->block) {
         fprintf(stderr, "specula quantize: notice: %s rows of %" PRIu64 " are not a multiple of the %s block "
-                "size %u; written as F16\n", name, t->ne[0], sp_dtype_name(want), sp_dtype_get(want)->block);
+                "size %u; written as F16\n", QZ_ESC(name, esc), t->ne[0], sp_dtype_name(want), sp_dtype_get(want)->block);
         return SP_F16;
     }
     return want;
@@ -382,7 +385,7 @@ static int qz_plan(qz_job *job, sp_gguf_writer *w, const sp_gguf *g, const qz_op
         char esc[160];
         if (memchr(t->name.ptr, 0, t->name.len))
             return sp_err_set(err, "tensor %" PRIu64 " ('%s') has a NUL byte in its name", i,
-                              qz_escape(t->name, esc, sizeof esc));
+                              qz_escape(t->name.ptr, (size_t)t->name.len, esc, sizeof esc));
         char *name = qz_out_name(t, o->ranges ? map : NULL, n_layer);
         if (!name) continue;
         qz_tensor *q = &job->t[job->n++];
@@ -415,11 +418,11 @@ static int qz_fill(void *ctx, uint64_t index, void *dst, uint64_t n_bytes, sp_er
     job->in_bytes += t->n_bytes;
     job->out_bytes += n_bytes;
     if (!job->quiet) {
-        char shape[128];
+        char shape[128], esc[160];
         int o = snprintf(shape, sizeof shape, "%" PRIu64, t->ne[0]);
         for (uint32_t d = 1; d < t->n_dims; d++) o += snprintf(shape + o, sizeof shape - (size_t)o, " x %" PRIu64, t->ne[d]);
         fprintf(stderr, "[%4" PRIu64 "/%4" PRIu64 "] %-32s %-20s %5s -> %-5s %s%.1f ms\n", index + 1, job->n,
-                q->name, shape, sp_dtype_name(t->type), sp_dtype_name(q->type),
+                QZ_ESC(q->name, esc), shape, sp_dtype_name(t->type), sp_dtype_name(q->type),
                 q->type == t->type ? "copied " : "", sp_ns_to_s(sp_now_ns() - t0) * 1e3);
     }
     return 0;
