@@ -4,6 +4,7 @@
 #   unit tests   build/asan/tests/test_*   (ASan + UBSan), every binary under tests/unit
 #   model tests  build/release/tests/test_* from tests/model (real models, release build)
 #   cli tests    tests/cli/*.sh            (the release binary, end to end)
+#   serve tests  tests/serve/test_*.py     (`specula serve` with curl and the openai package)
 #
 # Every test binary prints TAP (cmocka's TAP output); a binary that crashes or
 # exits non-zero without reporting a failure counts as one failed test.
@@ -53,6 +54,12 @@ done
 for t in tests/cli/*.sh; do
     [ -f "$t" ] || continue
     run_one "cli/$(basename "$t" .sh)" bash "$t"
+done
+# server tests: real clients (the openai package from the venv scripts/setup.sh makes)
+py=python3; [ -x .venv/bin/python ] && py=.venv/bin/python
+for t in tests/serve/test_*.py; do
+    [ -f "$t" ] || continue
+    run_one "serve/$(basename "$t" .py)" "$py" "$t"
 done
 
 for f in "${failed_names[@]}"; do echo "FAILED $f" >&2; done

@@ -33,17 +33,6 @@ static const char run_help[] =
     "      --spec METHOD       speculative decoding: none (default), ngram, suffix, draft,\n"
     "                          self, or a combination tried in order (e.g. ngram,draft)\n"
     SP_SPEC_OPTS_HELP
-    "      --seed S            sampling seed (default: random, printed)\n"
-    "      --stop TEXT         stop when TEXT is generated (repeatable)\n"
-    "      --ignore-eos        keep generating after end-of-generation tokens\n"
-    "      --spec METHOD       speculative decoding: none (default), ngram or suffix\n"
-    "      --draft-max N|adaptive  draft tokens per round (default: adaptive)\n"
-    "      --ngram-min N       shortest suffix n-gram to match (default 1)\n"
-    "      --ngram-max N       longest suffix n-gram to match (default 3)\n"
-    "      --suffix-factor F   suffix: draft at most F x match length tokens (default 1)\n"
-    "      --suffix-min-prob P suffix: drop draft tokens below this estimated probability (default 0.1)\n"
-    "      --suffix-max-depth N  suffix: depth of the suffix trie (default 64)\n"
-    "      --tree-width W      ngram/suffix: propose a token tree of up to W branches (default 1)\n"
     "  -q, --quiet             no statistics on stderr\n"
     "  -h, --help              this help\n";
 
@@ -55,46 +44,16 @@ typedef struct run_state {
     bool ignore_eos;
     const char *stops[MAX_STOPS];
     int n_stops;
-    size_t hold;             /* bytes held back: longest stop string - 1 */
-    char *text;              /* generated text not yet printed */
-    size_t n_text, cap_text;
+    sp_stop stop;            /* holds back text that may start a stop string */
     bool stopped;
 } run_state;
 
-/* Prints everything but the last `keep` bytes of the pending text. */
-static void flush_text(run_state *r, size_t keep) {
-    if (r->n_text <= keep) return;
-    size_t n = r->n_text - keep;
-    /* never cut a UTF-8 character: back up over continuation bytes */
-    while (n > 0 && n < r->n_text && ((unsigned char)r->text[n] & 0xC0) == 0x80) n--;
-    fwrite(r->text, 1, n, stdout);
+/* Prints the text the stop strings allow (all of it when final). */
+static void print_released(run_state *r, bool final) {
+    size_t n;
+    const char *s = sp_stop_release(&r->stop, final, &n);
+    fwrite(s, 1, n, stdout);
     fflush(stdout);
-    memmove(r->text, r->text + n, r->n_text - n);
-    r->n_text -= n;
-}
-
-static void append_text(run_state *r, const char *s, size_t n) {
-    if (r->n_text + n + 1 > r->cap_text) {
-        r->cap_text = (r->n_text + n + 1) * 2;
-        r->text = sp_xrealloc(r->text, r->cap_text);
-    }
-    memcpy(r->text + r->n_text, s, n);
-    r->n_text += n;
-    r->text[r->n_text] = 0;
-}
-
-/* Stop strings are searched in the pending (unprinted) text, which always
- * holds the last hold bytes, so a stop string split across tokens is found
- * before any of it is printed. */
-static bool check_stops(run_state *r) {
-    for (int i = 0; i < r->n_stops; i++) {
-        char *hit = strstr(r->text, r->stops[i]);
-        if (hit) {
-            r->n_text = (size_t)(hit - r->text);
-            return true;
-        }
-    }
-    return false;
 }
 
 static sp_emit_result on_token(void *ud, int32_t tok, bool drafted) {
@@ -103,12 +62,11 @@ static sp_emit_result on_token(void *ud, int32_t tok, bool drafted) {
     if (!r->ignore_eos && sp_tokenizer_is_eog(r->tok, tok)) return SP_EMIT_STOP;
     char buf[512];
     size_t n = sp_detok_push(&r->detok, r->tok, tok, false, buf, sizeof buf);
-    append_text(r, buf, n);
-    if (check_stops(r)) {
+    if (sp_stop_push(&r->stop, buf, n)) {
         r->stopped = true;
         return SP_EMIT_STOP;
     }
-    flush_text(r, r->hold);
+    print_released(r, false);
     return SP_EMIT_CONTINUE;
 }
 
@@ -182,9 +140,7 @@ int sp_cmd_run(int argc, char **argv) {
     }
     sp_drafter *drafter = NULL;
     if (!seed_set) sp.seed = sp_hash64(sp_now_ns() ^ (uint64_t)getpid());
-    for (int i = 0; i < r.n_stops; i++)
-        if (strlen(r.stops[i]) > r.hold) r.hold = strlen(r.stops[i]);
-    if (r.hold) r.hold--;
+    sp_stop_init(&r.stop, r.stops, r.n_stops, NULL);   /* stop strings checked non-empty above */
 
     sp_err err = { { 0 } };
     char *file_text = NULL, *rendered = NULL;
@@ -201,7 +157,7 @@ int sp_cmd_run(int argc, char **argv) {
         fprintf(stderr, "specula run: --spec: %s\n", err.msg);
         sp_engine_close(&e);
         free(file_text);
-        free(r.text);
+        sp_stop_free(&r.stop);
         return rc;
     }
     r.tok = e.tok;
@@ -246,10 +202,9 @@ int sp_cmd_run(int argc, char **argv) {
     if (!r.stopped) {
         char buf[64];
         size_t n = sp_detok_flush(&r.detok, buf, sizeof buf);
-        append_text(&r, buf, n);
-        if (check_stops(&r)) r.stopped = true;
+        r.stopped = sp_stop_push(&r.stop, buf, n);
     }
-    flush_text(&r, 0);
+    print_released(&r, true);
     printf("\n");
     fflush(stdout);
     if (!quiet) {
@@ -275,7 +230,7 @@ fail_engine:
 fail:
     if (rc) fprintf(stderr, "specula run: %s\n", err.msg);
     free(file_text);
-    free(r.text);
+    sp_stop_free(&r.stop);
     sp_drafter_free(drafter);
     return rc;
 }

@@ -28,22 +28,18 @@ static const char serve_help[] =
     "      --max-body BYTES    request body limit (default 1048576)\n"
     "      --timeout S         idle connection timeout in seconds (default 600)\n"
     "      --shutdown-timeout S  on SIGINT/SIGTERM, running requests get S seconds (default 10)\n"
-    "      --spec METHOD       default speculation: ngram (default), suffix or none;\n"
-    "                          a request may choose with {\"speculative\": {\"method\": ...}}\n"
-    "      --draft-max N|adaptive  default draft tokens per round (default: adaptive)\n"
-    "      --ngram-min N       shortest suffix n-gram to match (default 1)\n"
-    "      --ngram-max N       longest suffix n-gram to match (default 3)\n"
-    "      --suffix-factor F   suffix: draft at most F x match length tokens (default 1)\n"
-    "      --suffix-min-prob P suffix: drop draft tokens below this probability (default 0.1)\n"
-    "      --suffix-max-depth N  suffix: depth of the suffix trie (default 64)\n"
-    "      --tree-width W      ngram/suffix: token trees of up to W branches (default 1)\n"
+    "      --spec METHOD       default speculation: ngram (default), suffix, draft, self, a\n"
+    "                          combination (e.g. ngram,draft) or none.  Requests choose with\n"
+    "                          {\"speculative\": {\"method\": M, \"draft_max\": N}} among none,\n"
+    "                          ngram, suffix and the --spec method\n"
+    SP_SPEC_OPTS_HELP
     "  -h, --help              this help\n";
 
 typedef struct serve_args {
     sp_engine_opts eo;
     sp_server_opts so;
     const char *alias;
-    sp_drafter_opts dopts;
+    sp_spec_cli spec;
 } serve_args;
 
 /* Parses one serve-specific option; returns 1 consumed, 0 not ours, -1 bad. */
@@ -64,22 +60,7 @@ static int serve_opt(sp_args *a, serve_args *s) {
     if (sp_arg_is(a, "--timeout")) return sp_arg_int(a, 1, 86400, &o->timeout_s) ? 1 : -1;
     if (sp_arg_is(a, "--shutdown-timeout")) return sp_arg_int(a, 0, 3600, &o->shutdown_timeout_s) ? 1 : -1;
     if (sp_arg_is(a, "--spec")) return sp_arg_str(a, &o->spec_default) ? 1 : -1;
-    if (sp_arg_is(a, "--draft-max")) {
-        if (a->i + 1 < a->argc && !strcmp(a->argv[a->i + 1], "adaptive")) {
-            a->i++;
-            o->draft_max_default = SP_DRAFT_ADAPTIVE;
-            return 1;
-        }
-        return sp_arg_int(a, 0, SP_MAX_DRAFT, &o->draft_max_default) ? 1 : -1;
-    }
-    sp_drafter_opts *d = &s->dopts;
-    if (sp_arg_is(a, "--ngram-min")) return sp_arg_int(a, 1, 64, &d->ngram_min) ? 1 : -1;
-    if (sp_arg_is(a, "--ngram-max")) return sp_arg_int(a, 1, 64, &d->ngram_max) ? 1 : -1;
-    if (sp_arg_is(a, "--suffix-factor")) return sp_arg_float(a, 0.01, 64, &d->suffix_factor) ? 1 : -1;
-    if (sp_arg_is(a, "--suffix-min-prob")) return sp_arg_float(a, 1e-4, 1, &d->suffix_min_prob) ? 1 : -1;
-    if (sp_arg_is(a, "--suffix-max-depth")) return sp_arg_int(a, 4, 512, &d->suffix_max_depth) ? 1 : -1;
-    if (sp_arg_is(a, "--tree-width")) return sp_arg_int(a, 1, 8, &d->tree_width) ? 1 : -1;
-    return 0;
+    return sp_spec_opt(a, &s->spec);
 }
 
 /* The id clients name: --alias, a known model name, or the file name
@@ -112,6 +93,7 @@ static int serve_until_signal(sp_engine *e, serve_args *s, const sigset_t *sigs,
 
 static int parse_serve_args(int argc, char **argv, serve_args *s) {
     memset(s, 0, sizeof *s);
+    sp_spec_cli_init(&s->spec);
     s->so = sp_server_defaults();
     s->so.spec_default = "ngram";
     s->so.api_key = getenv("SPECULA_API_KEY");
@@ -127,26 +109,40 @@ static int parse_serve_args(int argc, char **argv, serve_args *s) {
     }
     if (s->so.api_key && !*s->so.api_key) return sp_usage_error("serve", "--api-key must not be empty");
     if (s->alias && !*s->alias) return sp_usage_error("serve", "--alias must not be empty");
+    sp_err err;
+    if (strcmp(s->so.spec_default, "none") && sp_drafter_check_name(s->so.spec_default, &err))
+        return sp_usage_error("serve", "--spec: %s", err.msg);
+    s->so.draft_max_default = s->spec.draft_max;
     return 0;
+}
+
+#define MAX_DRAFTERS 3
+
+/* The drafters requests may name: ngram, suffix, and the --spec method if
+ * it is another one.  Returns how many were made (0 + err on failure). */
+static int make_drafters(const sp_engine *e, const serve_args *s, sp_drafter **out, sp_err *err) {
+    const char *names[MAX_DRAFTERS] = { "ngram", "suffix", s->so.spec_default };
+    int n = 0;
+    for (int i = 0; i < MAX_DRAFTERS; i++) {
+        if (i == 2 && (!strcmp(names[i], "none") || !strcmp(names[i], "ngram") || !strcmp(names[i], "suffix")))
+            break;
+        if (!(out[n] = sp_engine_drafter(e, names[i], &s->spec, err))) {
+            sp_err_prefix(err, "--spec %s", names[i]);
+            while (n > 0) sp_drafter_free(out[--n]);
+            return 0;
+        }
+        n++;
+    }
+    return n;
 }
 
 int sp_cmd_serve(int argc, char **argv) {
     serve_args s;
     const int prc = parse_serve_args(argc, argv, &s);
     if (prc) return prc < 0 ? 0 : prc;
-    sp_drafter *drafters[2] = { NULL, NULL };
+    sp_drafter *drafters[MAX_DRAFTERS] = { NULL };
+    int n_drafters = 0;
     sp_err err = { { 0 } };
-    static const char *const names[2] = { "ngram", "suffix" };
-    for (int i = 0; i < 2; i++)
-        if (!(drafters[i] = sp_drafter_create(names[i], &s.dopts, &err))) {
-            sp_drafter_free(drafters[0]);
-            return sp_usage_error("serve", "%s", err.msg);
-        }
-    int rc = SP_EXIT_USAGE;
-    if (strcmp(s.so.spec_default, "none") && strcmp(s.so.spec_default, "ngram") && strcmp(s.so.spec_default, "suffix")) {
-        sp_usage_error("serve", "--spec: unknown method '%s' (none, ngram, suffix)", s.so.spec_default);
-        goto done;
-    }
     /* Every thread started from here on inherits the blocked signals, so
      * only sigwait below sees them. */
     sigset_t sigs;
@@ -155,24 +151,25 @@ int sp_cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
-    rc = SP_EXIT_FAIL;
+    int rc = SP_EXIT_FAIL;
     sp_engine e;
     if (sp_engine_open(&s.eo, &e, &err)) goto done;
+    if (!(n_drafters = make_drafters(&e, &s, drafters, &err))) goto close;
     char id[256];
     model_id(&s, id, sizeof id);
     s.so.model_id = id;
     s.so.n_ctx = e.n_ctx;
     s.so.batch_rows = s.eo.batch > 0 ? s.eo.batch : 256;
     s.so.drafters = drafters;
-    s.so.n_drafters = 2;
+    s.so.n_drafters = n_drafters;
     sp_cost_curve cost;
     if (sp_cost_get(e.model, e.ws, e.threads, &cost, &err)) goto close;
     s.so.cost = &cost;
     if (serve_until_signal(&e, &s, &sigs, &err) == 0) rc = 0;
 close:
+    for (int i = 0; i < n_drafters; i++) sp_drafter_free(drafters[i]);
     sp_engine_close(&e);
 done:
-    if (rc == SP_EXIT_FAIL) fprintf(stderr, "specula serve: %s\n", err.msg);
-    for (int i = 0; i < 2; i++) sp_drafter_free(drafters[i]);
+    if (rc) fprintf(stderr, "specula serve: %s\n", err.msg);
     return rc;
 }

@@ -283,7 +283,7 @@ static sp_emit_result on_token(void *ud, int32_t tok, bool drafted) {
  * of the engine-wide drafters. */
 int sp_job_start(sp_job *j, sp_kv *kv, sp_err *err) {
     if (j->drafter) {
-        sp_target t = sp_target_of(j->m);
+        sp_target t = sp_target_full(j->m, j->tok, sp_sampler_params_of(j->smp));
         if (!(j->draft = sp_draft_open(j->drafter, &t, err))) return -1;
     }
     sp_kv_trim(kv, 0);
