@@ -200,7 +200,7 @@ int sp_seq_plan(sp_seq *q, int max_rows, sp_fwd_seq *fwd, sp_err *err) {
     q->n_draft = n;
     q->base = q->kv->n;          /* slot and position of the pending token */
     q->window[0] = q->pending;
-    memcpy(q->window + 1, q->prop.tokens, (size_t)n * sizeof(int32_t));
+    if (n > 0) memcpy(q->window + 1, q->prop.tokens, (size_t)n * sizeof(int32_t));
     if (q->prop.parent) {
         q->wparent[0] = -1;
         for (int i = 0; i < n; i++) q->wparent[i + 1] = q->prop.parent[i] + 1;
