@@ -306,13 +306,20 @@ static void set_end(sp_job *j, sp_job_end end, sp_finish finish, const sp_api_er
     pthread_cond_broadcast(&j->cv);
 }
 
-static void record(sp_job *j, bool cancelled) {
+/* Metrics and one log line per generation (jobs with metrics are the
+ * server's; tests run jobs without). */
+static void record(sp_job *j, const char *how) {
     if (!j->mx) return;
     const uint64_t now = sp_now_ns();
     sp_spec_stats st = { 0 };
     if (j->seq) st = *sp_seq_stats(j->seq);
+    const bool cancelled = !strcmp(how, "cancelled");
     sp_metrics_generation(j->mx, j->method, &st, j->t_start ? j->t_start - j->t_submit : now - j->t_submit,
                           j->t_first ? j->t_first - j->t_submit : 0, now - j->t_submit, cancelled);
+    sp_info("specula serve: %s: prompt %d, completion %lld tokens, %.2f s (first token %.2f s), spec %s: "
+            "drafted %lld, accepted %lld\n", how, j->n_prompt, (long long)st.emitted,
+            sp_ns_to_s(now - j->t_submit), j->t_first ? sp_ns_to_s(j->t_first - j->t_submit) : 0.0,
+            j->method, (long long)st.drafted, (long long)st.accepted);
 }
 
 bool sp_job_after_step(sp_job *j) {
@@ -323,14 +330,14 @@ bool sp_job_after_step(sp_job *j) {
     sp_stop_push(&j->stop, buf, n);
     j->pushed += n;
     release_text(j, true);
-    record(j, false);
+    record(j, f == SP_FINISH_STOP ? "stop" : "length");
     set_end(j, SP_JOB_FINISHED, f, NULL);
     release_run_state(j);
     return true;
 }
 
 void sp_job_end_with(sp_job *j, sp_job_end end, const sp_api_err *err) {
-    record(j, end == SP_JOB_CANCELLED);
+    record(j, end == SP_JOB_CANCELLED ? "cancelled" : "failed");
     set_end(j, end, SP_FINISH_NONE, err);
     release_run_state(j);
 }

@@ -49,9 +49,11 @@ def check(name, fn):
 
 class Server:
     """A `specula serve` process on a free port (--port 0, read from its log)."""
+    count = 0
 
     def __init__(self, *args):
-        self.log_path = os.path.join(ROOT, "tests", "artifacts", "serve", f"server-{os.getpid()}-{time.time_ns()}.log")
+        Server.count += 1
+        self.log_path = os.path.join(ROOT, "tests", "artifacts", "serve", f"server-{Server.count}.log")
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         self.log = open(self.log_path, "w+")
         self.p = subprocess.Popen([BIN, "serve", "-m", "smollm2-135m", "--port", "0", *args],
