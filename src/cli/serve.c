@@ -17,7 +17,8 @@ static const char serve_help[] =
     "\n"
     "options:\n"
     SP_ENGINE_OPTS_HELP
-    "                          (-c is the context of each slot; -b the rows per step)\n"
+    "                          (-c is the context of each slot; -b, --batch-rows: the rows of\n"
+    "                          one step, prompt chunks fill what decoding rows leave)\n"
     "      --host ADDR         address to bind (default 127.0.0.1)\n"
     "      --port N            port (default 8080; 0 = any free port, printed)\n"
     "      --api-key KEY       require 'Authorization: Bearer KEY' (default: none;\n"
@@ -46,6 +47,7 @@ typedef struct serve_args {
 static int serve_opt(sp_args *a, serve_args *s) {
     sp_server_opts *o = &s->so;
     int bytes;
+    if (sp_arg_is(a, "--batch-rows")) return sp_arg_int(a, 1, 4096, &s->eo.batch) ? 1 : -1;
     if (sp_arg_is(a, "--host")) return sp_arg_str(a, &o->host) ? 1 : -1;
     if (sp_arg_is(a, "--port")) return sp_arg_int(a, 0, 65535, &o->port) ? 1 : -1;
     if (sp_arg_is(a, "--api-key")) return sp_arg_str(a, &o->api_key) ? 1 : -1;
