@@ -202,23 +202,30 @@ static int target_proposal(dm_draft *g, int max_n, int32_t *out, sp_err *err) {
     for (int i = 0; i < g->n_out && n < sizeof draft_text; i++)
         n += sp_token_piece(g->dm->tok, g->out[i], false, draft_text + n, sizeof draft_text - n);
     if (n > sizeof draft_text) n = sizeof draft_text;
-    for (int a = DM_ANCHOR < g->n_thist ? DM_ANCHOR : g->n_thist; a >= 1; a--) {
+    return sp_xvocab_continue(g->ttok, g->thist, g->n_thist, draft_text, n, max_n, out, err);
+}
+
+int sp_xvocab_continue(const sp_tokenizer *ttok, const int32_t *thist, int n_thist, const char *text,
+                       size_t n_text, int max_n, int32_t *out, sp_err *err) {
+    for (int a = DM_ANCHOR < n_thist ? DM_ANCHOR : n_thist; a >= 1; a--) {
         char buf[8192];
         size_t len = 0;
-        for (int i = g->n_thist - a; i < g->n_thist && len < sizeof buf; i++)
-            len += sp_token_piece(g->ttok, g->thist[i], true, buf + len, sizeof buf - len);
-        if (len + n > sizeof buf) continue;
-        memcpy(buf + len, draft_text, n);
+        for (int i = n_thist - a; i < n_thist && len < sizeof buf; i++)
+            len += sp_token_piece(ttok, thist[i], true, buf + len, sizeof buf - len);
+        if (len + n_text > sizeof buf) continue;
+        memcpy(buf + len, text, n_text);
         sp_tokens t = { 0 };
-        if (sp_tokenize(g->ttok, buf, len + n, false, true, &t, err)) return -1;
+        if (sp_tokenize(ttok, buf, len + n_text, false, true, &t, err)) return -1;
+        const int got = t.n;
         int m = 0;
-        if (t.n > a && memcmp(t.ids, g->thist + g->n_thist - a, (size_t)a * sizeof(int32_t)) == 0) {
-            m = t.n - a - 1;            /* drop the possibly cut last token */
+        if (got > a && memcmp(t.ids, thist + n_thist - a, (size_t)a * sizeof(int32_t)) == 0) {
+            m = got - a - 1;            /* drop the possibly cut last token */
             if (m > max_n) m = max_n;
             if (m > 0) memcpy(out, t.ids + a, (size_t)m * sizeof(int32_t));
+            sp_tokens_free(&t);
+            return m > 0 ? m : 0;
         }
         sp_tokens_free(&t);
-        if (m > 0 || t.n > a) return m > 0 ? m : 0;
     }
     return 0;
 }

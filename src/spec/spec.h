@@ -200,6 +200,16 @@ sp_drafter *sp_draft_model_create(const char *path, const sp_draft_model_opts *o
 /* skip[il] != 0: layers of `target` the draft skips (copied). */
 sp_drafter *sp_self_create(const sp_model *target, const uint8_t *skip, const sp_draft_model_opts *o,
                            sp_pool *pool, sp_err *err);
+/* The bridge of cross-vocabulary drafting: target tokens (at most max_n)
+ * that continue a target token history with `text`.  The text of the last
+ * few history tokens is tokenized together with `text`; when it comes out
+ * as the very same tokens, what follows them is the continuation, minus
+ * its last token (the text may end inside a word).  So history +
+ * continuation is always a tokenization of a prefix of history-text +
+ * text: nothing lost, nothing duplicated.  Returns the count (0 when the
+ * boundary does not re-tokenize cleanly) or -1 + err. */
+int sp_xvocab_continue(const sp_tokenizer *ttok, const int32_t *thist, int n_thist, const char *text,
+                       size_t n_text, int max_n, int32_t *out, sp_err *err);
 /* Parses "0-7,28-29" style layer lists into keep[n_layer] (1 = listed). */
 int sp_parse_layers(const char *spec, int n_layer, uint8_t *keep, sp_err *err);
 
