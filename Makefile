@@ -39,7 +39,9 @@ CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 MODEL_SRC := $(sort $(wildcard tests/model/test_*.c))
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(O)/%.o)
+# assembly: embedded files (src/serve/page.S pulls in page.html with .incbin)
+LIB_ASM  := $(sort $(wildcard src/serve/*.S))
+LIB_OBJ  := $(LIB_SRC:%.c=$(O)/%.o) $(LIB_ASM:%.S=$(O)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(O)/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)
 MODEL_BIN := $(MODEL_SRC:tests/model/%.c=$(O)/tests/%)
@@ -74,6 +76,11 @@ $(O)/tests/%: tests/model/%.c $(O)/libspecula.a tests/unit/test_util.h
 $(O)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c -o $@ $<
+
+$(O)/%.o: %.S
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -c -o $@ $<
+$(O)/src/serve/page.o: src/serve/page.html
 
 # The suite: models fetched (idempotent), release build + model tests,
 # sanitizer build + unit tests, fuzzer; ends with "N passed, N failed".

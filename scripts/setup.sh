@@ -3,7 +3,7 @@
 # later).  Idempotent: packages already present are not reinstalled.
 set -euo pipefail
 PKGS=(build-essential pkg-config libpcre2-dev libcmocka-dev libjansson-dev libmicrohttpd-dev clang libclang-rt-14-dev
-      python3 python3-pip python3-venv ca-certificates gcc-aarch64-linux-gnu)
+      python3 python3-pip python3-venv ca-certificates gcc-aarch64-linux-gnu chromium)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,10 +19,12 @@ fi
 # `openai` Python package, installed from PyPI into a venv at .venv (Debian
 # 12 refuses system-wide pip installs; the tests use .venv/bin/python).
 cd "$(dirname "$0")/.."
-if ! .venv/bin/python -c "import openai" 2>/dev/null; then
-    echo "setup: installing the openai package into .venv" >&2
-    python3 -m venv .venv
-    .venv/bin/pip install -q --disable-pip-version-check "openai>=1.0"
+# The page test (tests/serve/test_page.py) drives Debian's chromium over the
+# DevTools protocol with the `websocket-client` package.
+if ! .venv/bin/python -c "import openai, websocket" 2>/dev/null; then
+    echo "setup: installing the openai and websocket-client packages into .venv" >&2
+    [ -x .venv/bin/python ] || python3 -m venv .venv
+    .venv/bin/pip install -q --disable-pip-version-check "openai>=1.0" "websocket-client>=1.5"
 fi
 # `specula quantize` tests check the files it writes with llama.cpp's `gguf`
 # package (pinned in tests/tools/gguf_python.sh, which installs it here).

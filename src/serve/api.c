@@ -209,6 +209,34 @@ json_t *sp_api_chunk(const sp_resp_ctx *c, const char *text, size_t n_text, cons
     return o;
 }
 
+/* Segment ends move forward to the next byte that starts a character
+ * (or the end): sp_json_text then decodes each piece exactly as it
+ * decodes the whole text, so the texts join to the content's text. */
+void sp_api_chunk_marks(json_t *chunk, const char *text, size_t n_text, const sp_text_seg *segs,
+                        int n_segs) {
+    if (!n_text || !n_segs) return;
+    json_t *arr = json_array();
+    size_t at = 0, end = 0;
+    int tokens = 0;
+    for (int i = 0; i < n_segs; i++) {
+        end += segs[i].len;
+        tokens += segs[i].tokens;
+        size_t cut = end < n_text && i < n_segs - 1 ? end : n_text;
+        while (cut < n_text && ((unsigned char)text[cut] & 0xC0) == 0x80) cut++;
+        if (cut <= at) continue;     /* swallowed by the previous run: its tokens go on */
+        json_t *o = json_object();
+        json_object_set_new(o, "text", sp_json_text(text + at, cut - at));
+        json_object_set_new(o, "drafted", json_boolean(segs[i].drafted));
+        json_object_set_new(o, "tokens", json_integer(tokens));
+        json_array_append_new(arr, o);
+        at = cut;
+        tokens = 0;
+    }
+    json_t *ext = json_object();
+    json_object_set_new(ext, "segments", arr);
+    json_object_set_new(chunk, "specula", ext);
+}
+
 json_t *sp_api_usage_chunk(const sp_resp_ctx *c, const sp_job_delta *end) {
     json_t *o = envelope(c, c->kind == SP_API_CHAT ? "chat.completion.chunk" : "text_completion");
     json_object_set_new(o, "choices", json_array());

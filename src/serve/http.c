@@ -139,12 +139,39 @@ static json_t *model_object(const sp_server *s) {
     json_object_set_new(meta, "n_vocab", json_integer(s->m->hp.n_vocab));
     json_object_set_new(meta, "parallel", json_integer(s->o.parallel));
     json_object_set_new(meta, "speculative_default", json_string(s->o.spec_default));
+    json_t *methods = json_array();
+    json_array_append_new(methods, json_string("none"));
+    for (int i = 0; i < s->o.n_drafters; i++) json_array_append_new(methods, json_string(s->o.drafters[i]->name));
+    json_object_set_new(meta, "speculative_methods", methods);
     json_object_set_new(o, "meta", meta);
     return o;
 }
 
+/* The chat page (static, embedded): no key needed to load it; it asks for
+ * one when the API answers 401.  The policy keeps it from loading anything
+ * from elsewhere. */
+static enum MHD_Result send_page(sp_server *s, struct MHD_Connection *c, http_req *r) {
+    const size_t n = (size_t)(sp_serve_page_html_end - sp_serve_page_html) - 1;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)sp_serve_page_html,
+                                                                MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                            "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    const enum MHD_Result rc = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    sp_metrics_http(s->mx, route_names[r->rt], 200);
+    r->answered = true;
+    return rc;
+}
+
 static enum MHD_Result on_get(sp_server *s, struct MHD_Connection *c, http_req *r, const char *url) {
     switch (r->rt) {
+    case R_ROOT:
+        return send_page(s, c, r);
     case R_HEALTH: {
         const bool st = stopping(s);
         return send_json(s, c, r, st ? 503 : 200, json_pack("{s:s}", "status", st ? "shutting down" : "ok"));
@@ -367,7 +394,11 @@ static bool sse_fill(sse *x) {
     if (client_gone(x->fd, &x->last_check)) return false;
     sp_job_delta d;
     sp_job_take(x->j, &d);
-    if (d.n_text || d.n_lps) sse_event(x, sp_api_chunk(&x->ctx, d.text, d.n_text, d.lps, d.n_lps, NULL, false));
+    if (d.n_text || d.n_lps) {
+        json_t *chunk = sp_api_chunk(&x->ctx, d.text, d.n_text, d.lps, d.n_lps, NULL, false);
+        sp_api_chunk_marks(chunk, d.text, d.n_text, d.segs, d.n_segs);
+        sse_event(x, chunk);
+    }
     if (d.end == SP_JOB_FINISHED) {
         sse_event(x, sp_api_chunk(&x->ctx, "", 0, NULL, 0, sp_api_finish_reason(d.finish), false));
         if (x->include_usage) sse_event(x, sp_api_usage_chunk(&x->ctx, &d));
@@ -487,7 +518,7 @@ static bool authorized(const sp_server *s, struct MHD_Connection *c) {
 /* Checks made before the body is read; returns true if it answered. */
 static bool early_checks(sp_server *s, struct MHD_Connection *c, http_req *r, bool post_route,
                          enum MHD_Result *rc) {
-    if (r->rt == R_NONE || r->rt == R_ROOT) {
+    if (r->rt == R_NONE) {
         *rc = fail(s, c, r, 404, "invalid_request_error", "not_found", "Not found.");
         return true;
     }
@@ -495,7 +526,7 @@ static bool early_checks(sp_server *s, struct MHD_Connection *c, http_req *r, bo
         *rc = fail(s, c, r, 405, "invalid_request_error", "method_not_allowed", "Method not allowed.");
         return true;
     }
-    if (r->rt != R_HEALTH && !authorized(s, c)) {
+    if (r->rt != R_HEALTH && r->rt != R_ROOT && !authorized(s, c)) {
         *rc = fail(s, c, r, 401, "invalid_request_error", "invalid_api_key",
                    "Incorrect or missing API key: send 'Authorization: Bearer <key>'.");
         return true;

@@ -72,12 +72,28 @@ void sp_job_unref(sp_job *j);
 const char *sp_job_method(const sp_job *j);
 int sp_job_n_prompt(const sp_job *j);
 
-/* What the consumer drains.  text and lps are malloc'd (caller frees with
- * sp_job_delta_free); lps holds only entries whose text was released (or,
- * once the job ended, every entry that belongs to the final text). */
+/* A run of released text whose bytes all came from accepted draft tokens
+ * (drafted) or all from tokens the target chose itself.  Bytes belong to
+ * the token whose detokenization released them (a character split over
+ * two tokens belongs to the one that completed it; bytes flushed at the
+ * end belong to the target).  tokens counts the tokens whose text starts
+ * in this run (a token that released no text of its own is not counted). */
+typedef struct sp_text_seg {
+    size_t len;                      /* bytes */
+    bool drafted;
+    int tokens;
+} sp_text_seg;
+
+/* What the consumer drains.  text, segs and lps are malloc'd (caller frees
+ * with sp_job_delta_free); segs cover text exactly (their lengths sum to
+ * n_text, neighbours differ in drafted); lps holds only entries whose text
+ * was released (or, once the job ended, every entry that belongs to the
+ * final text). */
 typedef struct sp_job_delta {
     char *text;
     size_t n_text;
+    sp_text_seg *segs;
+    int n_segs;
     sp_lp_entry *lps;
     int n_lps;
     sp_job_end end;                  /* != RUNNING: nothing will follow */
@@ -161,10 +177,24 @@ json_t *sp_api_response(const sp_resp_ctx *c, const char *text, size_t n_text,
  * choice chunk, or the role chunk (role_only, chat). */
 json_t *sp_api_chunk(const sp_resp_ctx *c, const char *text, size_t n_text, const sp_lp_entry *lps,
                      int n_lps, const char *finish_reason, bool role_only);
+/* Adds the drafted marks of a streamed chunk's text (segs cover
+ * text[0..n_text) as sp_job_take made them) as the extension
+ *   "specula": {"segments": [{"text": "...", "drafted": true, "tokens": 3}, ...]}
+ * whose texts join to the chunk's content (boundaries inside a UTF-8
+ * character move to its end, so each text is the same JSON text the
+ * content has).  Nothing is added when there is no text. */
+void sp_api_chunk_marks(json_t *chunk, const char *text, size_t n_text, const sp_text_seg *segs,
+                        int n_segs);
 /* The usage object, with the speculation summary. */
 json_t *sp_api_usage(const sp_resp_ctx *c, const sp_job_delta *end);
 /* The usage chunk of a stream (stream_options.include_usage). */
 json_t *sp_api_usage_chunk(const sp_resp_ctx *c, const sp_job_delta *end);
 const char *sp_api_finish_reason(sp_finish f);
+
+/* ==========================================================================
+ * The chat page (page.S embeds page.html): served at GET /
+ * ======================================================================= */
+extern const char sp_serve_page_html[];      /* the bytes of page.html, NUL-terminated */
+extern const char sp_serve_page_html_end[];  /* one past the NUL */
 
 #endif /* SP_SERVE_INTERNAL_H */

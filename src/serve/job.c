@@ -14,6 +14,12 @@
 #include <string.h>
 #include <time.h>
 
+/* The bytes [start, end) of the pushed text that one token released. */
+typedef struct tok_span {
+    size_t start, end;
+    bool drafted;
+} tok_span;
+
 struct sp_job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -47,6 +53,8 @@ struct sp_job {
     size_t released;                 /* bytes released so far, in total */
     sp_lp_entry *lps;                /* entries not yet taken */
     int n_lps, cap_lps;
+    tok_span *spans;                 /* texts of tokens not wholly taken */
+    int n_spans, cap_spans;
     sp_job_end end;
     sp_finish finish;
     sp_api_err err;
@@ -114,6 +122,7 @@ void sp_job_unref(sp_job *j) {
     free(j->prompt);
     free(j->out);
     free(j->lps);
+    free(j->spans);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -153,6 +162,51 @@ static void put_lp(sp_job *j, const sp_lp_entry *e) {
     j->lps[j->n_lps++] = *e;
 }
 
+static void put_span(sp_job *j, size_t start, size_t end, bool drafted) {
+    if (j->n_spans == j->cap_spans) {
+        j->cap_spans = j->cap_spans ? 2 * j->cap_spans : 32;
+        j->spans = sp_xrealloc(j->spans, (size_t)j->cap_spans * sizeof *j->spans);
+    }
+    j->spans[j->n_spans++] = (tok_span){ start, end, drafted };
+}
+
+/* Appends a run to d->segs, merged into the last one if it has the same
+ * flag. */
+static void add_seg(sp_job_delta *d, int *cap, size_t len, bool drafted, int tokens) {
+    if (!len) return;
+    if (d->n_segs && d->segs[d->n_segs - 1].drafted == drafted) {
+        d->segs[d->n_segs - 1].len += len;
+        d->segs[d->n_segs - 1].tokens += tokens;
+        return;
+    }
+    if (d->n_segs == *cap) {
+        *cap = *cap ? 2 * *cap : 8;
+        d->segs = sp_xrealloc(d->segs, (size_t)*cap * sizeof *d->segs);
+    }
+    d->segs[d->n_segs++] = (sp_text_seg){ len, drafted, tokens };
+}
+
+/* The drafted marks of the text being taken, bytes [lo, hi) of the output
+ * (caller holds mu).  Spans are in order and do not overlap; bytes no span
+ * covers are the target's; a span that ends by hi is consumed, one that
+ * goes on stays for the next take. */
+static void take_segs(sp_job *j, size_t lo, size_t hi, sp_job_delta *d) {
+    int cap = 0, k = 0;
+    size_t at = lo;
+    for (; k < j->n_spans && j->spans[k].start < hi; k++) {
+        const tok_span *sp = &j->spans[k];
+        const size_t s = sp->start > lo ? sp->start : lo, e = sp->end < hi ? sp->end : hi;
+        if (e <= s) continue;
+        add_seg(d, &cap, s - at, false, 0);
+        add_seg(d, &cap, e - s, sp->drafted, sp->start >= lo);
+        at = e;
+    }
+    add_seg(d, &cap, hi - at, false, 0);
+    if (k > 0 && j->spans[k - 1].end > hi) k--;    /* the last one goes on */
+    memmove(j->spans, j->spans + k, (size_t)(j->n_spans - k) * sizeof *j->spans);
+    j->n_spans -= k;
+}
+
 bool sp_job_wait(sp_job *j, int timeout_ms) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -185,6 +239,7 @@ void sp_job_take(sp_job *j, sp_job_delta *d) {
         memcpy(d->text, j->out, j->n_out);
         d->text[j->n_out] = 0;
         d->n_text = j->n_out;
+        take_segs(j, j->released - j->n_out, j->released, d);
         j->n_out = 0;
     }
     const int k = lps_ready(j);
@@ -202,6 +257,7 @@ void sp_job_take(sp_job *j, sp_job_delta *d) {
         d->stats = j->stats;
         d->n_drafted_emitted = j->n_drafted_emitted;
         j->n_lps = 0;
+        j->n_spans = 0;              /* texts past a stop string */
     }
     j->changed = false;
     pthread_mutex_unlock(&j->mu);
@@ -210,8 +266,10 @@ void sp_job_take(sp_job *j, sp_job_delta *d) {
 void sp_job_delta_free(sp_job_delta *d) {
     free(d->text);
     free(d->lps);
+    free(d->segs);
     d->text = NULL;
     d->lps = NULL;
+    d->segs = NULL;
 }
 
 /* ----------------------------------------------------------------------------
@@ -273,6 +331,11 @@ static sp_emit_result on_token(void *ud, int32_t tok, bool drafted) {
     size_t n = sp_detok_push(&j->detok, j->tok, tok, false, piece, cap);
     if (n > cap - 1) n = cap - 1;
     const bool hit = sp_stop_push(&j->stop, piece, n);
+    if (n) {
+        pthread_mutex_lock(&j->mu);
+        put_span(j, j->pushed, j->pushed + n, drafted);
+        pthread_mutex_unlock(&j->mu);
+    }
     j->pushed += n;
     if (piece != buf) free(piece);
     release_text(j, false);

@@ -202,6 +202,32 @@ def main_server_tests(srv, openai):
         return True
     check("SSE framing: data: {...} events, usage chunk, data: [DONE]", raw_sse)
 
+    def drafted_marks():
+        # a repetitive prompt so ngram drafts are accepted; with method none no mark says drafted
+        body = {"prompt": "A list: apple, banana, apple, banana, apple, banana, apple,", "max_tokens": 40,
+                "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+        for method in ("ngram", "none"):
+            ev = sse_events(srv, "/v1/completions", dict(body, speculative={"method": method}))
+            objs = [json.loads(e) for e in ev[:-1]]
+            drafted_tokens = 0
+            for o in objs:
+                if not o["choices"] or not o["choices"][0]["text"]:
+                    assert "specula" not in o, o                    # no text, no marks
+                    continue
+                segs = o["specula"]["segments"]
+                assert "".join(s["text"] for s in segs) == o["choices"][0]["text"], o
+                assert all(a["drafted"] != b["drafted"] for a, b in zip(segs, segs[1:])), segs
+                drafted_tokens += sum(s["tokens"] for s in segs if s["drafted"])
+            spec = objs[-1]["usage"]["speculation"]
+            if method == "none":
+                assert drafted_tokens == 0 and spec["drafted_tokens_emitted"] == 0, (drafted_tokens, spec)
+            else:
+                # every accepted draft token that released text is counted in a drafted run
+                assert 0 < drafted_tokens <= spec["drafted_tokens_emitted"] <= spec["accepted"], (drafted_tokens, spec)
+        return True
+    check("SSE chunks carry specula.segments: texts join to the chunk's text, runs alternate, drafted tokens "
+          "counted (ngram) and none without speculation", drafted_marks)
+
     def stop_strings():
         p = "Count: 1, 2, 3, 4, 5, 6, 7, 8, 9,"
         full = client.completions.create(model="smollm2-135m", prompt=p, max_tokens=24, temperature=0).choices[0].text
