@@ -1,0 +1,118 @@
+/*
+ * Shared fixture of the real-model speculation tests: a model with its
+ * tokenizer, pool and workspace, the chat prompts the tests use, and one
+ * generation with or without a drafter, collecting the emitted tokens.
+ */
+#ifndef SP_SPEC_FIXTURE_H
+#define SP_SPEC_FIXTURE_H
+
+#include "test_util.h"
+#include "spec/spec.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct run_out {
+    int32_t toks[512];
+    bool drafted[512];
+    int n;
+    int stop_at;                 /* SP_EMIT_STOP on the stop_at-th token (1-based), 0 = never */
+    const sp_tokenizer *tok;     /* stop at end-of-generation tokens (set by fx_gen) */
+} run_out;
+
+static sp_emit_result fx_collect(void *ud, int32_t t, bool drafted) {
+    run_out *o = ud;
+    if (o->n < 512) { o->drafted[o->n] = drafted; o->toks[o->n] = t; }
+    o->n++;
+    if (o->stop_at && o->n == o->stop_at) return SP_EMIT_STOP;
+    if (o->tok && sp_tokenizer_is_eog(o->tok, t)) return SP_EMIT_STOP;
+    return SP_EMIT_CONTINUE;
+}
+
+typedef struct fixture {
+    sp_model *m;
+    sp_tokenizer *tok;
+    sp_pool *pool;
+    sp_workspace *ws;
+    sp_cost_curve cheap;         /* makes the adaptive controller draft */
+} fixture;
+
+static int fx_setup(void **state, const char *file) {
+    sp_err err;
+    fixture *f = calloc(1, sizeof *f);
+    f->m = sp_model_load(sp_test_model_path(file), &err);
+    if (!f->m) { fprintf(stderr, "%s\n", err.msg); free(f); return -1; }
+    f->tok = sp_tokenizer_load(f->m->gguf, &err);
+    f->pool = sp_pool_create(2);
+    f->ws = sp_workspace_create(f->m, 64, f->pool);
+    for (int k = 1; k <= SP_MAX_DRAFT + 1; k++) f->cheap.t[k] = 1.0 + 0.05 * (k - 1);
+    f->cheap.valid = true;
+    *state = f;
+    return 0;
+}
+static int fx_setup_smol(void **s) { return fx_setup(s, SP_TEST_SMOLLM2); }
+static int fx_setup_gemma(void **s) { return fx_setup(s, SP_TEST_GEMMA3); }
+static int fx_teardown(void **state) {
+    fixture *f = *state;
+    sp_workspace_free(f->ws);
+    sp_pool_free(f->pool);
+    sp_tokenizer_free(f->tok);
+    sp_model_free(f->m);
+    free(f);
+    return 0;
+}
+
+static const char *const fx_prompts[] = {
+    "Rename the variable `total` to `sum` and print the whole function:\n\n"
+    "def add_all(values):\n    total = 0\n    for v in values:\n        total += v\n    return total\n",
+    "Convert to JSON: name Alice, age 30, city Paris; name Bob, age 25, city Rome.",
+    "List the days of the week, one per line, then list them again in the same order.",
+};
+#define FX_N_PROMPTS (sizeof fx_prompts / sizeof *fx_prompts)
+
+/* The user message in the model's chat template, tokenized. */
+static void fx_prompt(const fixture *f, const char *user, sp_tokens *out) {
+    sp_err err;
+    sp_chat_msg msg = { "user", user };
+    char *text = NULL, sys[512];
+    assert_int_equal(sp_chat_render(sp_chat_detect(f->m->gguf), &msg, 1, true,
+                                    sp_chat_default_system(f->m->gguf, sys, sizeof sys), &text, &err), 0);
+    assert_int_equal(sp_tokenize(f->tok, text, strlen(text), sp_tokenizer_add_bos(f->tok), true, out, &err), 0);
+    free(text);
+}
+
+/* One generation (drafter NULL = plain) with top-k 40, top-p 0.95, seed
+ * 1234; returns its stats, the finish reason and the final cache length. */
+static sp_spec_stats fx_gen(fixture *f, sp_drafter *dr, const sp_tokens *p, float temp, int draft_max,
+                            int max_tokens, int n_ctx, run_out *o, sp_finish *fin, int *kv_n) {
+    sp_err err;
+    sp_sampler_params sp = sp_sampler_defaults();
+    sp.temperature = temp; sp.top_k = 40; sp.top_p = 0.95f; sp.seed = 1234;
+    sp_sampler *smp = sp_sampler_create(&sp, f->m->hp.n_vocab);
+    sp_kv *kv = sp_kv_create(f->m, n_ctx);
+    sp_target t = sp_target_full(f->m, f->tok, &sp);
+    sp_draft *d = dr ? sp_draft_open(dr, &t, &err) : NULL;
+    if (dr && !d) fail_msg("open: %s", err.msg);
+    sp_gen_config cfg = { .max_tokens = max_tokens, .draft_max = dr ? draft_max : 0, .cost = &f->cheap };
+    sp_spec_stats st;
+    sp_finish fn;
+    o->n = 0;
+    o->tok = f->tok;
+    if (sp_generate(f->m, kv, f->ws, smp, d, &cfg, p->ids, p->n, fx_collect, o, &st, &fn, &err))
+        fail_msg("generate: %s", err.msg);
+    if (fin) *fin = fn;
+    if (kv_n) *kv_n = kv->n;
+    sp_draft_close(d);           /* (suffix: the output joins the engine-wide trie) */
+    sp_kv_free(kv);
+    sp_sampler_free(smp);
+    return st;
+}
+
+static void fx_assert_same(const run_out *a, const run_out *b, const char *what) {
+    if (a->n != b->n || memcmp(a->toks, b->toks, (size_t)(a->n < 512 ? a->n : 512) * sizeof(int32_t)) != 0) {
+        int i = 0;
+        while (i < a->n && i < b->n && i < 512 && a->toks[i] == b->toks[i]) i++;
+        fail_msg("%s: speculative output differs from plain at token %d (lengths %d, %d)", what, i,
+                 a->n, b->n);
+    }
+}
+
+#endif
