@@ -5,9 +5,11 @@
  * position j, a decayed estimate u_j of the probability that the token at
  * position j is accepted (for a chain that means all before it were too),
  * so a draft of n is expected to emit E(n) = 1 + u_0 + ... + u_(n-1) tokens
- * at cost t(n+1).  It picks the n that maximises E(n) / t(n+1); n = 0 is a
- * plain step, so a request never runs slower than plain decoding by more
- * than the (tiny) cost of asking a cheap drafter.
+ * at cost t(n+1) + n c, where c is the measured time the drafter takes per
+ * token asked for (a draft model's forwards; microseconds for lookup
+ * drafters).  It picks the n that maximises E(n) / (t(n+1) + n c); n = 0
+ * is a plain step, so a request never runs slower than plain decoding by
+ * more than the cost of the rounds that taught it so.
  */
 #include "spec/spec.h"
 
@@ -168,10 +170,11 @@ double sp_adapt_expected(const sp_adapt *a, int n) {
 
 int sp_adapt_choose(const sp_adapt *a) {
     if (!a->cost || !a->cost->valid) return a->cap;
+    const double c = a->draft_n > 0 ? a->draft_s / a->draft_n : 0.0;
     int best = 0;
     double best_rate = 1.0 / a->cost->t[1];
     for (int n = 1; n <= a->cap; n++) {
-        double rate = sp_adapt_expected(a, n) / a->cost->t[n + 1];
+        double rate = sp_adapt_expected(a, n) / (a->cost->t[n + 1] + n * c);
         if (rate > best_rate * 1.0001) { best = n; best_rate = rate; }
     }
     return best;
@@ -186,4 +189,10 @@ void sp_adapt_observe(sp_adapt *a, int n, int k) {
         a->tried[j] += 1.0;
         if (j < k) a->hit[j] += 1.0;
     }
+}
+
+void sp_adapt_draft_cost(sp_adapt *a, int n, double seconds) {
+    if (n <= 0 || seconds < 0) return;
+    a->draft_s = a->draft_s * SP_ADAPT_DECAY + seconds;
+    a->draft_n = a->draft_n * SP_ADAPT_DECAY + n;
 }

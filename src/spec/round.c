@@ -177,7 +177,9 @@ static int propose(sp_seq *q, int budget, sp_proposal *prop, sp_err *err) {
         ops->commit(q->draft, prop->n, 0, NULL, NULL);
         prop->n = 0;
     }
-    q->st.draft_ns += sp_now_ns() - t0;
+    const uint64_t dt = sp_now_ns() - t0;
+    q->st.draft_ns += dt;
+    if (!shadow && ask > 0) sp_adapt_draft_cost(&q->adapt, ask, sp_ns_to_s(dt));
     return prop->n;
 }
 

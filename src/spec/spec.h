@@ -303,12 +303,14 @@ int sp_cost_measure(const sp_model *m, sp_workspace *ws, const int *ks, int n_ks
  * under ${XDG_CACHE_HOME:-~/.cache}/specula/cost/. */
 int sp_cost_get(const sp_model *m, sp_workspace *ws, int threads, sp_cost_curve *c, sp_err *err);
 
-/* Per-request controller: running acceptance per draft position and the
- * cost curve pick the draft length that maximises expected emitted tokens
- * per second.  Falls to 0 (plain decoding) when speculation does not pay,
- * and keeps learning from shadow proposals (cheap drafters) meanwhile. */
+/* Per-request controller: running acceptance per draft position, the
+ * cost curve and the measured cost of drafting pick the draft length that
+ * maximises expected emitted tokens per second.  Falls to 0 (plain
+ * decoding) when speculation does not pay, and keeps learning from shadow
+ * proposals (cheap drafters) meanwhile. */
 typedef struct sp_adapt {
     double tried[SP_MAX_DRAFT], hit[SP_MAX_DRAFT];   /* decayed counts per position */
+    double draft_s, draft_n;         /* decayed seconds spent drafting, tokens asked for */
     const sp_cost_curve *cost;       /* borrowed */
     int cap;                         /* upper bound on the draft length */
 } sp_adapt;
@@ -317,6 +319,9 @@ void sp_adapt_init(sp_adapt *a, const sp_cost_curve *cost, int cap);
 int sp_adapt_choose(const sp_adapt *a);
 /* Records a verified (or shadow) proposal: n drafted, k accepted. */
 void sp_adapt_observe(sp_adapt *a, int n, int k);
+/* Records that asking the drafter for n tokens took `seconds` (a draft
+ * model's or self-speculation's forwards; ~0 for lookup drafters). */
+void sp_adapt_draft_cost(sp_adapt *a, int n, double seconds);
 /* Expected tokens per round with a draft of n (1 + sum of survival). */
 double sp_adapt_expected(const sp_adapt *a, int n);
 

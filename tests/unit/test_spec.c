@@ -330,6 +330,19 @@ static void test_adapt(void **st) {
     for (int i = 0; i < 200; i++) sp_adapt_observe(&a, 8, i % 2 ? 1 : 0);
     int n = sp_adapt_choose(&a);
     assert_true(n >= 1 && n <= 3);
+    /* good acceptance on a cheap curve, but each draft token costs
+     * a whole target pass (a draft model as slow as the target): plain decoding */
+    sp_adapt_init(&a, &cheap, 16);
+    for (int i = 0; i < 200; i++) sp_adapt_observe(&a, 4, 3);
+    assert_true(sp_adapt_choose(&a) >= 3);
+    for (int i = 0; i < 50; i++) sp_adapt_draft_cost(&a, 4, 4 * 1.0);
+    assert_int_equal(sp_adapt_choose(&a), 0);
+    /* a cheap draft model (a tenth of a pass per token) drafts again */
+    for (int i = 0; i < 300; i++) sp_adapt_draft_cost(&a, 4, 4 * 0.1);
+    n = sp_adapt_choose(&a);
+    assert_true(n >= 2 && n <= 4);
+    sp_adapt_draft_cost(&a, 0, 5.0);                 /* nothing asked: ignored */
+    assert_int_equal(sp_adapt_choose(&a), n);
 }
 
 static void test_stats(void **st) {
