@@ -62,6 +62,8 @@ typedef struct dm_draft {
     int n_thist, cap_thist;
     size_t *dstart;              /* text offset where each draft token (hist) starts */
     int cap_dstart;
+    int n_dsync;                 /* hist[0..n_dsync) came from the text (dstart valid); the
+                                  * drafted tokens after them have no offsets */
     uint64_t pos_key;            /* sample mode: draw counter */
 } dm_draft;
 
@@ -166,7 +168,11 @@ static int draft_tokens(dm_draft *g, int max_n, sp_err *err) {
 /* Re-tokenizes the tail of the target text for the draft and trims the
  * draft cache to the prefix it still shares with the new tokens. */
 static int sync_draft_tokens(dm_draft *g, sp_err *err) {
-    int keep = g->n_hist > DM_TAIL ? g->n_hist - DM_TAIL : 0;
+    /* re-tokenize from DM_TAIL tokens before the end of what came from the
+     * text: the drafted tokens after it (as many as a draft ran, up to
+     * SP_MAX_DRAFT + DM_EXTRA) have no text offset */
+    const int synced = g->n_hist < g->n_dsync ? g->n_hist : g->n_dsync;
+    int keep = synced > DM_TAIL ? synced - DM_TAIL : 0;
     size_t from = keep ? g->dstart[keep] : 0;
     sp_tokens t = { 0 };
     const bool bos = keep == 0 && sp_tokenizer_add_bos(g->dm->tok);
@@ -191,6 +197,7 @@ static int sync_draft_tokens(dm_draft *g, sp_err *err) {
         g->dstart[i] = off;
         off += sp_token_piece(g->dm->tok, g->hist[i], true, buf, sizeof buf);
     }
+    g->n_dsync = g->n_hist;
     sp_tokens_free(&t);
     return 0;
 }
@@ -270,7 +277,7 @@ static int dm_prefill(sp_draft *s, const int32_t *prompt, int n, const sp_taps *
     (void)taps;
     dm_draft *g = s->impl;
     sp_kv_trim(g->kv, 0);
-    g->n_hist = g->n_cached = 0;
+    g->n_hist = g->n_cached = g->n_dsync = 0;
     g->n_text = g->n_thist = 0;
     if (g->cross) {
         target_push(g, prompt, n);
