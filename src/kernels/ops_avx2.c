@@ -224,6 +224,19 @@ SP_AI __m256 sp_o_ld_h(const sp_f16 *p, int k) {
 
 #define SP_O_UNROLL(n) _Pragma("GCC unroll 8")
 
+/* Keys and values are read at a stride of the whole KV row (all heads), a
+ * head's slice at a time, from a cache that outgrows L2 after a few hundred
+ * positions: without help the loads wait on memory one row after the other
+ * (perf: most of attention's time on the F16 loads).  Asking for the row
+ * SP_O_PF keys ahead keeps several misses in flight.  Prefetches change no
+ * result. */
+#define SP_O_PF 8
+SP_AI void sp_o_prefetch(const sp_f16 *base, const int32_t *idx, int j, int n, size_t stride, int nbytes) {
+    if (j >= n) return;
+    const char *p = (const char *)(base + (size_t)(idx ? idx[j] : j) * stride);
+    for (int off = 0; off < nbytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
 /* Scores of NQ heads (queries hd apart) against keys j0 .. j0 + J - 1:
  * each (head, key) is its own 8-lane sum over d in order, then hsum and
  * the scale; head h's scores are n apart.  Constants NQ, J after inlining. */
@@ -254,7 +267,9 @@ SP_AI void sp_o_pv(float *out, const float *p, int n, const sp_f16 *v0, const in
         __m256 a[8][8];
         SP_O_UNROLL(8) for (int h = 0; h < NQ; h++)
             SP_O_UNROLL(8) for (int i = 0; i < DV; i++) a[h][i] = _mm256_setzero_ps();
+        const int pf_bytes = (hd - d0 < 8 * DV ? hd - d0 : 8 * DV) * (int)sizeof(sp_f16);
         for (int j = 0; j < n; j++) {
+            sp_o_prefetch(v0 + d0, idx, j + SP_O_PF, n, stride, pf_bytes);
             const sp_f16 *vj = v0 + (size_t)(idx ? idx[j] : j) * stride + d0;
             __m256 vv[8];
             SP_O_UNROLL(8) for (int i = 0; i < DV; i++) {
@@ -303,7 +318,11 @@ SP_AI void sp_o_attn_group(float *out, const float *q, const sp_f16 *k, const sp
     sp_o_f16_round(out, q, NQ * hd);
     const sp_f16 *k0 = idx ? k : k + (size_t)lo * stride;
     int j = 0;
-    for (; j + J <= n; j += J) sp_o_qk(out, k0, idx, stride, hd, scale, scores, n, j, NQ, J);
+    const int kbytes = hd * (int)sizeof(sp_f16);
+    for (; j + J <= n; j += J) {
+        SP_O_UNROLL(4) for (int t = 0; t < J; t++) sp_o_prefetch(k0, idx, j + t + SP_O_PF, n, stride, kbytes);
+        sp_o_qk(out, k0, idx, stride, hd, scale, scores, n, j, NQ, J);
+    }
     for (; j < n; j++) sp_o_qk(out, k0, idx, stride, hd, scale, scores, n, j, NQ, 1);
     for (int h = 0; h < NQ; h++) {
         sp_avx2_softmax(scores + (size_t)h * n, n);
