@@ -97,9 +97,18 @@ static void cost_cache_path(const sp_model *m, int threads, char *buf, size_t ca
     char dir[2048];
     if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/specula/cost", xdg);
     else snprintf(dir, sizeof dir, "%s/.cache/specula/cost", home && *home ? home : ".");
-    /* The build stamp invalidates curves measured with other kernels. */
-    snprintf(buf, cap, "%s/%s-%llu-t%d-%s-%s.txt", dir, base,
-             (unsigned long long)sp_gguf_file_size(m->gguf), threads, __DATE__, __TIME__);
+    /* The running binary's stamp (size and modification time of
+     * /proc/self/exe) invalidates curves measured with other kernels: any
+     * rebuild changes it, not only one that recompiles this file. */
+    struct stat st;
+    char stamp[64];
+    if (stat("/proc/self/exe", &st) == 0)
+        snprintf(stamp, sizeof stamp, "%llx-%llx", (unsigned long long)st.st_size,
+                 (unsigned long long)st.st_mtime);
+    else
+        snprintf(stamp, sizeof stamp, "%s-%s", __DATE__, __TIME__);
+    snprintf(buf, cap, "%s/%s-%llu-t%d-%s.txt", dir, base,
+             (unsigned long long)sp_gguf_file_size(m->gguf), threads, stamp);
     for (char *p = buf + strlen(dir) + 1; *p; p++)
         if (*p == ' ' || *p == ':') *p = '_';
 }

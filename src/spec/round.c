@@ -139,6 +139,11 @@ int sp_seq_begin(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
 static int draft_budget(const sp_seq *q) {
     if (!q->draft || q->cfg.draft_max == 0) return 0;
     int n = q->cfg.draft_max == SP_DRAFT_ADAPTIVE ? sp_adapt_choose(&q->adapt) : q->cfg.draft_max;
+    /* a drafter that runs a model has an unknown cost until it has drafted
+     * once: probe with a short draft rather than the optimistic prior's */
+    if (q->cfg.draft_max == SP_DRAFT_ADAPTIVE && !q->draft->drafter->cheap && q->adapt.draft_n == 0 &&
+        n > SP_ADAPT_PROBE)
+        n = SP_ADAPT_PROBE;
     const int left = q->cfg.max_tokens - (int)q->st.emitted - 1;  /* the round emits up to n + 1 */
     const int room = q->kv->n_ctx - q->kv->n - 1;                  /* cache slots after the pending token */
     if (n > left) n = left;

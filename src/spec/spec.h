@@ -322,6 +322,9 @@ void sp_adapt_observe(sp_adapt *a, int n, int k);
 /* Records that asking the drafter for n tokens took `seconds` (a draft
  * model's or self-speculation's forwards; ~0 for lookup drafters). */
 void sp_adapt_draft_cost(sp_adapt *a, int n, double seconds);
+/* Draft tokens of the first proposal of a drafter whose cost is not yet
+ * measured (one that runs a model): the probe that measures it. */
+#define SP_ADAPT_PROBE 2
 /* Expected tokens per round with a draft of n (1 + sum of survival). */
 double sp_adapt_expected(const sp_adapt *a, int n);
 
