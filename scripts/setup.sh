@@ -3,7 +3,7 @@
 # later).  Idempotent: packages already present are not reinstalled.
 set -euo pipefail
 PKGS=(build-essential pkg-config libpcre2-dev libcmocka-dev libjansson-dev libmicrohttpd-dev clang libclang-rt-14-dev
-      python3 python3-pip python3-venv ca-certificates gcc-aarch64-linux-gnu chromium)
+      python3 python3-pip python3-venv ca-certificates gcc-aarch64-linux-gnu libc6-dev-arm64-cross chromium)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
