@@ -19,9 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import urllib.parse
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from taplib import check, plan, tap  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("SPECULA_BIN") or os.path.join(ROOT, "build", "release", "specula")
@@ -29,30 +31,6 @@ CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.whic
 ART = os.path.join(ROOT, "tests", "artifacts", "serve")
 KEY = "sk-page-key"
 MODEL = "smollm2-135m"
-N = 0
-FAILED = 0
-
-
-def tap(ok, name, detail=""):
-    global N, FAILED
-    N += 1
-    if not ok:
-        FAILED += 1
-    print(f"{'ok' if ok else 'not ok'} {N} - {name}", flush=True)
-    if not ok and detail:
-        for line in str(detail).splitlines()[:25]:
-            print(f"#   {line}", flush=True)
-
-
-def check(name, fn):
-    """Runs fn(); a false result or an exception is a failure."""
-    try:
-        r = fn()
-        tap(r is None or bool(r), name, "" if r is None or r else f"returned {r!r}")
-        return r is None or bool(r)
-    except Exception:
-        tap(False, name, traceback.format_exc())
-        return False
 
 
 def start_server(*args):
@@ -351,16 +329,13 @@ def main():
         import websocket  # noqa: F401
     except ImportError as e:
         tap(False, f"python packages present ({e}; run scripts/setup.sh, use .venv/bin/python)")
-        print(f"1..{N}")
-        return 1
+        return plan()
     if not CHROMIUM:
         tap(False, "chromium installed (scripts/setup.sh installs Debian's chromium)")
-        print(f"1..{N}")
-        return 1
+        return plan()
     if not os.access(BIN, os.X_OK):
         tap(False, f"{BIN} exists (make BUILD=release)")
-        print(f"1..{N}")
-        return 1
+        return plan()
     t0 = time.time()
     srv, port = start_server("--api-key", KEY, "--parallel", "2", "-c", "1024")
     try:
@@ -373,8 +348,7 @@ def main():
             srv.kill()
             srv.wait()
     print(f"# page tests took {time.time() - t0:.0f} s")
-    print(f"1..{N}")
-    return 1 if FAILED else 0
+    return plan()
 
 
 if __name__ == "__main__":

@@ -17,34 +17,14 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from taplib import check, plan, tap  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("SPECULA_BIN") or os.path.join(ROOT, "build", "release", "specula")
 KEY = "sk-test-key"
-N = 0
-FAILED = 0
-
-
-def tap(ok, name, detail=""):
-    global N, FAILED
-    N += 1
-    if not ok:
-        FAILED += 1
-    print(f"{'ok' if ok else 'not ok'} {N} - {name}", flush=True)
-    if not ok and detail:
-        for line in str(detail).splitlines()[:20]:
-            print(f"#   {line}", flush=True)
-
-
-def check(name, fn):
-    """Runs fn(); a false result or an exception is a failure."""
-    try:
-        r = fn()
-        tap(r is None or bool(r), name, "" if r is None or r else f"returned {r!r}")
-    except Exception:
-        tap(False, name, traceback.format_exc())
 
 
 class Server:
@@ -539,12 +519,10 @@ def main():
         import openai
     except ImportError:
         tap(False, "the openai package is importable (run scripts/setup.sh; use .venv/bin/python)")
-        print(f"1..{N}")
-        return 1
+        return plan()
     if not os.access(BIN, os.X_OK):
         tap(False, f"{BIN} exists (make BUILD=release)")
-        print(f"1..{N}")
-        return 1
+        return plan()
     t0 = time.time()
     cli_tests()
     srv = Server("--api-key", KEY, "--parallel", "8", "-c", "1024", "--max-body", "65536")
@@ -555,8 +533,7 @@ def main():
         srv.stop(signal.SIGKILL)
     small_server_tests(openai)
     print(f"# serve tests took {time.time() - t0:.0f} s")
-    print(f"1..{N}")
-    return 1 if FAILED else 0
+    return plan()
 
 
 if __name__ == "__main__":
