@@ -2,6 +2,7 @@
  * Shared fixture of the real-model speculation tests: a model with its
  * tokenizer, pool and workspace, the chat prompts the tests use, and one
  * generation with or without a drafter, collecting the emitted tokens.
+ * Helpers are static inline so a test may use only some of them.
  */
 #ifndef SP_SPEC_FIXTURE_H
 #define SP_SPEC_FIXTURE_H
@@ -18,7 +19,7 @@ typedef struct run_out {
     const sp_tokenizer *tok;     /* stop at end-of-generation tokens (set by fx_gen) */
 } run_out;
 
-static sp_emit_result fx_collect(void *ud, int32_t t, bool drafted) {
+static inline sp_emit_result fx_collect(void *ud, int32_t t, bool drafted) {
     run_out *o = ud;
     if (o->n < 512) { o->drafted[o->n] = drafted; o->toks[o->n] = t; }
     o->n++;
@@ -35,7 +36,7 @@ typedef struct fixture {
     sp_cost_curve cheap;         /* makes the adaptive controller draft */
 } fixture;
 
-static int fx_setup(void **state, const char *file) {
+static inline int fx_setup(void **state, const char *file) {
     sp_err err;
     fixture *f = calloc(1, sizeof *f);
     f->m = sp_model_load(sp_test_model_path(file), &err);
@@ -48,9 +49,9 @@ static int fx_setup(void **state, const char *file) {
     *state = f;
     return 0;
 }
-static int fx_setup_smol(void **s) { return fx_setup(s, SP_TEST_SMOLLM2); }
-static int fx_setup_gemma(void **s) { return fx_setup(s, SP_TEST_GEMMA3); }
-static int fx_teardown(void **state) {
+static inline int fx_setup_smol(void **s) { return fx_setup(s, SP_TEST_SMOLLM2); }
+static inline int fx_setup_gemma(void **s) { return fx_setup(s, SP_TEST_GEMMA3); }
+static inline int fx_teardown(void **state) {
     fixture *f = *state;
     sp_workspace_free(f->ws);
     sp_pool_free(f->pool);
@@ -60,7 +61,8 @@ static int fx_teardown(void **state) {
     return 0;
 }
 
-static const char *const fx_prompts[] = {
+/* (unused in tests that bring their own prompts) */
+__attribute__((unused)) static const char *const fx_prompts[] = {
     "Rename the variable `total` to `sum` and print the whole function:\n\n"
     "def add_all(values):\n    total = 0\n    for v in values:\n        total += v\n    return total\n",
     "Convert to JSON: name Alice, age 30, city Paris; name Bob, age 25, city Rome.",
@@ -69,7 +71,7 @@ static const char *const fx_prompts[] = {
 #define FX_N_PROMPTS (sizeof fx_prompts / sizeof *fx_prompts)
 
 /* The user message in the model's chat template, tokenized. */
-static void fx_prompt(const fixture *f, const char *user, sp_tokens *out) {
+static inline void fx_prompt(const fixture *f, const char *user, sp_tokens *out) {
     sp_err err;
     sp_chat_msg msg = { "user", user };
     char *text = NULL, sys[512];
@@ -81,7 +83,7 @@ static void fx_prompt(const fixture *f, const char *user, sp_tokens *out) {
 
 /* One generation (drafter NULL = plain) with top-k 40, top-p 0.95, seed
  * 1234; returns its stats, the finish reason and the final cache length. */
-static sp_spec_stats fx_gen(fixture *f, sp_drafter *dr, const sp_tokens *p, float temp, int draft_max,
+static inline sp_spec_stats fx_gen(fixture *f, sp_drafter *dr, const sp_tokens *p, float temp, int draft_max,
                             int max_tokens, int n_ctx, run_out *o, sp_finish *fin, int *kv_n) {
     sp_err err;
     sp_sampler_params sp = sp_sampler_defaults();
@@ -106,7 +108,7 @@ static sp_spec_stats fx_gen(fixture *f, sp_drafter *dr, const sp_tokens *p, floa
     return st;
 }
 
-static void fx_assert_same(const run_out *a, const run_out *b, const char *what) {
+static inline void fx_assert_same(const run_out *a, const run_out *b, const char *what) {
     if (a->n != b->n || memcmp(a->toks, b->toks, (size_t)(a->n < 512 ? a->n : 512) * sizeof(int32_t)) != 0) {
         int i = 0;
         while (i < a->n && i < b->n && i < 512 && a->toks[i] == b->toks[i]) i++;

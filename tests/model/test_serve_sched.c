@@ -3,47 +3,29 @@
  * shared batched passes with chunked prefill, each produce exactly the
  * text (and logprobs) of the same generation run alone with sp_generate;
  * a cancelled job frees its slot; stop strings cut the text. */
-#include "test_util.h"
+#include "spec_fixture.h"
 #include "serve/internal.h"
 
 #include <math.h>
 
-typedef struct fixture {
-    sp_model *m;
-    sp_tokenizer *tok;
-    sp_pool *pool;
-    sp_workspace *ws;
-    sp_drafter *ngram, *suffix;
-    sp_cost_curve cheap;             /* makes the adaptive controller draft */
-} fixture;
+/* Per model group: the lookup drafters the jobs may name (suffix keeps a
+ * trie of earlier outputs, so each model gets its own). */
+static sp_drafter *g_ngram, *g_suffix;
 
-static int setup(void **state, const char *file) {
+static int setup_with(void **state, int (*fx)(void **)) {
+    if (fx(state)) return -1;
     sp_err err;
-    fixture *f = calloc(1, sizeof *f);
-    f->m = sp_model_load(sp_test_model_path(file), &err);
-    if (!f->m) { fprintf(stderr, "%s\n", err.msg); return -1; }
-    f->tok = sp_tokenizer_load(f->m->gguf, &err);
-    f->pool = sp_pool_create(2);
-    f->ws = sp_workspace_create(f->m, 64, f->pool);
-    f->ngram = sp_drafter_create("ngram", &(sp_drafter_opts){ 0 }, &err);
-    f->suffix = sp_drafter_create("suffix", &(sp_drafter_opts){ 0 }, &err);
-    for (int k = 1; k <= SP_MAX_DRAFT + 1; k++) f->cheap.t[k] = 1.0 + 0.05 * (k - 1);
-    f->cheap.valid = true;
-    *state = f;
-    return 0;
+    g_ngram = sp_drafter_create("ngram", &(sp_drafter_opts){ 0 }, &err);
+    g_suffix = sp_drafter_create("suffix", &(sp_drafter_opts){ 0 }, &err);
+    return g_ngram && g_suffix ? 0 : -1;
 }
-static int setup_smol(void **s) { return setup(s, SP_TEST_SMOLLM2); }
-static int setup_gemma(void **s) { return setup(s, SP_TEST_GEMMA3); }
+static int setup_smol(void **s) { return setup_with(s, fx_setup_smol); }
+static int setup_gemma(void **s) { return setup_with(s, fx_setup_gemma); }
 static int teardown(void **state) {
-    fixture *f = *state;
-    sp_drafter_free(f->ngram);
-    sp_drafter_free(f->suffix);
-    sp_workspace_free(f->ws);
-    sp_pool_free(f->pool);
-    sp_tokenizer_free(f->tok);
-    sp_model_free(f->m);
-    free(f);
-    return 0;
+    sp_drafter_free(g_ngram);
+    sp_drafter_free(g_suffix);
+    g_ngram = g_suffix = NULL;
+    return fx_teardown(state);
 }
 
 /* One generation as the server would run it. */
@@ -58,7 +40,7 @@ typedef struct spec_case {
 } spec_case;
 
 static sp_drafter *drafter_of(fixture *f, const char *method) {
-    return !strcmp(method, "ngram") ? f->ngram : !strcmp(method, "suffix") ? f->suffix : NULL;
+    return !strcmp(method, "ngram") ? g_ngram : !strcmp(method, "suffix") ? g_suffix : NULL;
 }
 
 static sp_sampler_params params_of(const spec_case *c) {
