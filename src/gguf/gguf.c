@@ -603,6 +603,17 @@ void sp_gguf_close(sp_gguf *g) {
     free(g);
 }
 
+void sp_gguf_release(const sp_gguf *g, const void *p, size_t n) {
+    if (!g->map || n == 0) return;
+    const uintptr_t lo = (uintptr_t)p, hi = lo + n;
+    const uintptr_t base = (uintptr_t)g->map, end = base + g->map_len;
+    if (lo < base || hi > end || hi < lo) return;
+    /* Whole pages inside the range only: neighbours may still be in use. */
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = (lo + pg - 1) / pg * pg, b = hi / pg * pg;
+    if (a < b) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 /* Parses size bytes at data; the handle borrows them.  Errors come back
  * without the "gguf" prefix, which the callers add. */
 static sp_gguf *gg_open(const void *data, uint64_t size, sp_err *err) {

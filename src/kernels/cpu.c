@@ -21,6 +21,7 @@ const sp_kfuncs sp_kfuncs_avx2 = {
     .dot_supports = sp_avx2_dot_supports,
     .act_prepare = sp_avx2_act_prepare,
     .dot_rows = sp_avx2_dot_rows,
+    .dot_packed = sp_avx2_dot_packed,
     .rmsnorm = sp_avx2_rmsnorm,
     .softmax = sp_avx2_softmax,
     .swiglu = sp_avx2_swiglu,
@@ -96,6 +97,8 @@ int sp_kernels_set_simd(sp_simd level) {
 }
 
 const char *sp_kernels_describe(void) { return sp_kern()->name; }
+
+bool sp_kernels_have_packed(void) { return sp_kern()->dot_packed != NULL; }
 
 /* The portable counterpart of the peak loop: 8 chains of int8 products
  * summed in int32, 32 per chain and round. */

@@ -56,6 +56,23 @@ _Static_assert(sizeof(sp_blk_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(sp_blk_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(sp_blk_q8_K) == 292, "q8_K layout");
 
+/* Packed blocks (pack.c): block b of 8 consecutive rows r = 0..7.  The
+ * values are moved in runs of 4 bytes: lane r of each 32-byte vector holds
+ * 4 bytes of row r, so a vector op works on the 8 rows at once.
+ *   Q4_1x8: qs[32k + 4r + i] = row r's qs[4k + i] (k < 4): the low nibbles
+ *           of vector k are elements 4k..4k+3, the high ones 16+4k..16+4k+3.
+ *   Q8_0x8: qs[32j + 4r + i] = row r's qs[4j + i] (j < 8): elements 4j..4j+3.
+ * Scales stay fp16, one per row, in row order.  A group of 8 rows is nb
+ * consecutive packed blocks (nb = blocks per row). */
+#define SP_PACK_ROWS 8
+/* Longest row that may be packed (the portable path unpacks a row on the
+ * stack). */
+#define SP_PACK_MAX_IN 32768
+typedef struct { uint8_t d[16]; uint8_t m[16]; uint8_t qs[128]; } sp_blk_q4_1x8;
+typedef struct { uint8_t d[16]; int8_t qs[256]; } sp_blk_q8_0x8;
+_Static_assert(sizeof(sp_blk_q4_1x8) == 8 * sizeof(sp_blk_q4_1), "q4_1x8 layout");
+_Static_assert(sizeof(sp_blk_q8_0x8) == 8 * sizeof(sp_blk_q8_0), "q8_0x8 layout");
+
 /* Decodes the 8 six-bit scales and mins of a Q4_K/Q5_K block. */
 static inline void sp_q_kscales(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
     for (int j = 0; j < 4; j++) {
@@ -145,6 +162,12 @@ typedef struct sp_kfuncs {
      * activation row) pair depend on neither nr nor n_w. */
     void (*dot_rows)(uint32_t wtype, int64_t n, const void *w, size_t w_stride, int64_t n_w,
                      const void *act, size_t act_stride, int nr, float *y, size_t ldy);
+    /* Packed matrices (pack.c): y[r * ldy + 8g + i] = dot(row i of group g,
+     * prepared activation row r) for g < n_groups, i < 8, r < nr; groups
+     * are g_stride bytes apart.  Same per-pair contract as dot_rows.  NULL:
+     * the portable path unpacks each row. */
+    void (*dot_packed)(uint32_t wtype, int64_t n, const void *w, size_t g_stride, int64_t n_groups,
+                       const void *act, size_t act_stride, int nr, float *y, size_t ldy);
     /* Vector operations (same contracts as the public functions). */
     void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);
     void (*softmax)(float *x, int n);
@@ -186,6 +209,9 @@ void sp_avx2_act_prepare(uint32_t wtype, const float *x, int64_t n, void *dst);
 void sp_avx2_dot_rows(uint32_t wtype, int64_t n, const void *w, size_t w_stride, int64_t n_w,
                       const void *act, size_t act_stride, int nr, float *y, size_t ldy);
 int64_t sp_avx2_peak_loop(int64_t iters);
+/* pack_avx2.c */
+void sp_avx2_dot_packed(uint32_t wtype, int64_t n, const void *w, size_t g_stride, int64_t n_groups,
+                        const void *act, size_t act_stride, int nr, float *y, size_t ldy);
 /* ops_avx2.c */
 void sp_avx2_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void sp_avx2_softmax(float *x, int n);

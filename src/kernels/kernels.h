@@ -46,8 +46,9 @@ int sp_kernels_set_simd(sp_simd level);
 const char *sp_kernels_describe(void);
 /* Peak int8 multiply-accumulate rate of one thread, GMAC/s, measured for
  * about `seconds` (best of 3): a register-only loop of the instructions
- * that do the kernels' multiply-accumulates (AVX2: maddubs + madd + add
- * on 8 independent chains; scalar: the portable int8 loop).  For
+ * that do the kernels' multiply-accumulates (AVX2: maddubs + add on 8
+ * independent chains, the cheapest form any kernel uses; scalar: the
+ * portable int8 loop).  For
  * benchmarks: the kernels' achieved MAC rate is quoted against it. */
 double sp_kernels_peak_gmacs(double seconds);
 /* Read bandwidth of a buffer of `bytes` (large: beyond the caches), GB/s,
@@ -101,6 +102,10 @@ typedef struct sp_matrix {
     uint32_t type;      /* sp_dtype */
     int64_t n_in;       /* elements per row */
     int64_t n_out;      /* rows */
+    /* NULL, or the same blocks interleaved by groups of 8 rows
+     * (sp_matrix_pack); when set, the kernels read only this.  Owned by
+     * whoever packed it (sp_model_free for a model's matrices). */
+    void *packed;
 } sp_matrix;
 
 /* Scratch bytes sp_matmul needs for n_rows activation rows of n_in. */
@@ -109,6 +114,34 @@ void sp_matmul(const sp_matrix *w, const float *x, int n_rows, float *y, int64_t
                void *scratch, sp_pool *pool);
 /* Copies row `row` of W to floats (an embedding lookup). */
 void sp_matrix_get_row(const sp_matrix *w, int64_t row, float *out);
+
+/* ------------------------------------------------------------------------
+ * Packed weights (pack.c)
+ *
+ * In a window of K activation rows the multiply-accumulates, not memory,
+ * bound the matmul.  A packed matrix holds the very same blocks (same
+ * bytes of values and scales, same total size) with 8 rows interleaved, so
+ * that one vector lane holds one output row: the integer dot products of a
+ * block land in 8 lanes at once and need no horizontal sums, and one float
+ * fma scales 8 outputs.  Types: Q4_1, Q8_0 (others stay unpacked); n_out a
+ * multiple of 8.  Results keep every guarantee of this header (a packed
+ * matrix gives bit-identical outputs for any number of rows; the portable
+ * path gives exactly the unpacked portable result).
+ * ---------------------------------------------------------------------- */
+/* True if the level in use has kernels for packed matrices (packing pays
+ * off only then; the portable path reads them more slowly). */
+bool sp_kernels_have_packed(void);
+/* True if a matrix of this type and shape can be packed. */
+bool sp_matrix_packable(uint32_t type, int64_t n_in, int64_t n_out);
+/* Bytes of the packed copy (equal to the unpacked size). */
+size_t sp_matrix_packed_bytes(const sp_matrix *w);
+/* Writes the packed copy of w->data (w must be packable) to dst, which the
+ * caller allocates (sp_matrix_packed_bytes, 32-byte aligned) and then
+ * stores in w->packed. */
+void sp_matrix_pack(const sp_matrix *w, void *dst);
+/* Copies the original blocks of row `row` of a packed matrix to dst
+ * (sp_dtype_row_bytes bytes). */
+void sp_matrix_unpack_row(const sp_matrix *w, int64_t row, void *dst);
 
 /* ------------------------------------------------------------------------
  * Vector operations (ops.c)

@@ -52,10 +52,37 @@ static void sp_mm_prepare(sp_matmul_job *job, int r) {
     else sp_quantize_act_row(sp_act_type(job->w->type), job->x + (size_t)r * (size_t)n, dst, n);
 }
 
+/* Output rows [lo, hi) of a packed matrix (lo, hi multiples of 8): the
+ * SIMD kernel on whole groups, or the portable dot on each row unpacked to
+ * its original blocks (so exactly the unpacked portable result). */
+static void sp_mm_rows_packed(const sp_matmul_job *job, int64_t lo, int64_t hi) {
+    const sp_matrix *w = job->w;
+    const size_t wrow = (size_t)sp_dtype_row_bytes(w->type, (uint64_t)w->n_in);
+    if (job->k && job->k->dot_packed) {
+        const size_t gbytes = wrow * SP_PACK_ROWS;
+        job->k->dot_packed(w->type, w->n_in, (const uint8_t *)w->packed + (size_t)(lo / SP_PACK_ROWS) * gbytes,
+                           gbytes, (hi - lo) / SP_PACK_ROWS, job->xq, job->xq_stride, job->n_rows,
+                           job->y + lo, (size_t)job->ldy);
+        return;
+    }
+    _Alignas(64) uint8_t row[SP_PACK_MAX_IN / SP_QK * sizeof(sp_blk_q8_0)];
+    for (int64_t o = lo; o < hi; o++) {
+        sp_matrix_unpack_row(w, o, row);
+        for (int r = 0; r < job->n_rows; r++) {
+            const void *xr = (const uint8_t *)job->xq + (size_t)r * job->xq_stride;
+            job->y[(size_t)r * (size_t)job->ldy + (size_t)o] = sp_vec_dot(w->type, w->n_in, row, xr);
+        }
+    }
+}
+
 /* Output rows [lo, hi) for every activation row. */
 static void sp_mm_rows(const sp_matmul_job *job, int64_t lo, int64_t hi) {
     const sp_matrix *w = job->w;
     const size_t wrow = (size_t)sp_dtype_row_bytes(w->type, (uint64_t)w->n_in);
+    if (w->packed) {
+        sp_mm_rows_packed(job, lo, hi);
+        return;
+    }
     if (job->k) {
         job->k->dot_rows(w->type, w->n_in, (const uint8_t *)w->data + (size_t)lo * wrow, wrow, hi - lo,
                          job->xq, job->xq_stride, job->n_rows, job->y + lo, (size_t)job->ldy);
@@ -95,7 +122,9 @@ void sp_matmul(const sp_matrix *w, const float *x, int n_rows, float *y, int64_t
     const uint32_t at = sp_act_type(w->type);
     const int nth = sp_pool_size(pool);
     sp_matmul_job job = { .w = w, .x = x, .n_rows = n_rows, .y = y, .ldy = ldy };
-    if (k->dot_supports && k->dot_supports(w->type)) {
+    /* A packed matrix on a level without a packed kernel runs the
+     * portable path (which unpacks rows). */
+    if (k->dot_supports && k->dot_supports(w->type) && (!w->packed || k->dot_packed)) {
         job.k = k;
         job.xq = (uint8_t *)scratch + sp_mm_align_pad(scratch);
         job.xq_stride = sp_act_split_bytes(w->type, w->n_in);
@@ -109,6 +138,7 @@ void sp_matmul(const sp_matrix *w, const float *x, int n_rows, float *y, int64_t
     /* About 8 chunks per thread, so a late or slower core gets less. */
     int64_t chunk = w->n_out / (8 * (int64_t)nth);
     job.chunk = chunk < 4 ? 4 : (chunk > 256 ? 256 : chunk);
+    if (w->packed) job.chunk = (job.chunk + SP_PACK_ROWS - 1) / SP_PACK_ROWS * SP_PACK_ROWS;
     atomic_init(&job.next, 0);
     atomic_init(&job.prepared, 0);
     sp_pool_run(pool, sp_matmul_worker, &job);
@@ -116,5 +146,11 @@ void sp_matmul(const sp_matrix *w, const float *x, int n_rows, float *y, int64_t
 
 void sp_matrix_get_row(const sp_matrix *w, int64_t row, float *out) {
     const size_t wrow = (size_t)sp_dtype_row_bytes(w->type, (uint64_t)w->n_in);
+    if (w->packed) {
+        _Alignas(64) uint8_t blocks[SP_PACK_MAX_IN / SP_QK * sizeof(sp_blk_q8_0)];
+        sp_matrix_unpack_row(w, row, blocks);
+        sp_dequantize_row(w->type, blocks, out, w->n_in);
+        return;
+    }
     sp_dequantize_row(w->type, (const uint8_t *)w->data + (size_t)row * wrow, out, w->n_in);
 }

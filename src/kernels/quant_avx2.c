@@ -550,12 +550,13 @@ static void sp_v_row_f16(int64_t n, const void *w, const sp_act_view *v, int nr,
  * Peak int8 multiply-accumulate rate (for benchmarks)
  * ===================================================================== */
 
-/* iters rounds of 8 independent maddubs + madd + add chains (the
- * instructions that do the multiply-accumulates of the dot products), on
- * registers: 8 * 32 MACs per round.  Returns a value that depends on the
- * result so the loop cannot be dropped. */
+/* iters rounds of 8 independent maddubs + add chains, on registers: 8 * 32
+ * MACs per round.  These are the instructions of the cheapest multiply-
+ * accumulate in the kernels (packed Q4_1 sums maddubs results in int16;
+ * the others add a madd), so the rate is an upper bound for all of them.
+ * Returns a value that depends on the result so the loop cannot be
+ * dropped. */
 __attribute__((noinline)) int64_t sp_avx2_peak_loop(int64_t iters) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256i w = _mm256_set1_epi8(3), a[8], y[8];
     SP_UNROLL8 for (int i = 0; i < 8; i++) {
         a[i] = _mm256_setzero_si256();
@@ -563,12 +564,11 @@ __attribute__((noinline)) int64_t sp_avx2_peak_loop(int64_t iters) {
     }
     for (int64_t it = 0; it < iters; it++) {
         __asm__ volatile("" : "+x"(w));
-        SP_UNROLL8 for (int i = 0; i < 8; i++)
-            a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(_mm256_maddubs_epi16(w, y[i]), ones));
+        SP_UNROLL8 for (int i = 0; i < 8; i++) a[i] = _mm256_add_epi16(a[i], _mm256_maddubs_epi16(w, y[i]));
     }
     __m256i s = a[0];
-    for (int i = 1; i < 8; i++) s = _mm256_add_epi32(s, a[i]);
-    return sp_v_hsum_i32(s);
+    for (int i = 1; i < 8; i++) s = _mm256_add_epi16(s, a[i]);
+    return sp_v_hsum_i32(_mm256_madd_epi16(s, _mm256_set1_epi16(1)));
 }
 
 /* ========================================================================

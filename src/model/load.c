@@ -188,6 +188,37 @@ static int bind_layer(const sp_gguf *g, const sp_hparams *hp, int il, sp_layer *
     return 0;
 }
 
+/* Packs w (when it can be packed) into an owned buffer and releases the
+ * mapped original, so the resident weights stay the size of the file. */
+static void pack_matrix(const sp_model *m, sp_matrix *w) {
+    if (!sp_matrix_packable(w->type, w->n_in, w->n_out)) return;
+    const size_t n = sp_matrix_packed_bytes(w);
+    void *p = sp_alloc_aligned(n);
+    sp_matrix_pack(w, p);
+    w->packed = p;
+    sp_gguf_release(m->gguf, w->data, n);
+}
+
+/* Packs the matrices the kernels in use read faster packed (every one of
+ * a packable type), unless SPECULA_PACK=0. */
+static void pack_weights(sp_model *m) {
+    const char *e = getenv("SPECULA_PACK");
+    if (!sp_kernels_have_packed() || (e && strcmp(e, "0") == 0)) return;
+    pack_matrix(m, &m->tok_embd);
+    if (m->tied_output) m->output.packed = m->tok_embd.packed;
+    else pack_matrix(m, &m->output);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        sp_layer *L = &m->layers[il];
+        sp_matrix *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) pack_matrix(m, ws[i]);
+    }
+}
+
+static void free_packed(sp_matrix *w) {
+    sp_free_aligned(w->packed);
+    w->packed = NULL;
+}
+
 static uint64_t matrix_bytes(const sp_matrix *w) {
     return sp_dtype_row_bytes(w->type, (uint64_t)w->n_in) * (uint64_t)w->n_out;
 }
@@ -226,6 +257,7 @@ sp_model *sp_model_load(const char *path, sp_err *err) {
 
     for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++)
         m->weight_bytes += sp_gguf_tensor_at(g, i)->n_bytes;
+    pack_weights(m);
     return m;
 fail:
     sp_err_prefix(err, "%s", path);
@@ -241,9 +273,13 @@ void sp_model_free(sp_model *m) {
             free((void *)L->attn_norm); free((void *)L->ffn_norm);
             free((void *)L->q_norm); free((void *)L->k_norm);
             free((void *)L->post_attn_norm); free((void *)L->post_ffn_norm);
+            free_packed(&L->wq); free_packed(&L->wk); free_packed(&L->wv); free_packed(&L->wo);
+            free_packed(&L->w_gate); free_packed(&L->w_up); free_packed(&L->w_down);
         }
         free(m->layers);
     }
+    if (!m->tied_output) free_packed(&m->output);
+    free_packed(&m->tok_embd);
     free((void *)m->out_norm);
     free(m->path);
     sp_gguf_close(m->gguf);

@@ -221,11 +221,12 @@ typedef struct mm_case {
     int n_rows;
     uint8_t *w;
     float *x;
+    void *packed;   /* NULL, or w packed (mm_case_pack): the matmuls then read this */
 } mm_case;
 
 static void mm_case_init(mm_case *c, uint32_t t, int64_t n_in, int64_t n_out, int n_rows, int scale_kind,
                          int act_kind, uint64_t seed) {
-    c->t = t; c->n_in = n_in; c->n_out = n_out; c->n_rows = n_rows;
+    c->t = t; c->n_in = n_in; c->n_out = n_out; c->n_rows = n_rows; c->packed = NULL;
     c->w = malloc((size_t)sp_dtype_row_bytes(t, (uint64_t)n_in) * (size_t)n_out);
     c->x = malloc((size_t)n_rows * (size_t)n_in * sizeof(float));
     random_weights(t, c->w, n_out, n_in, scale_kind, seed);
@@ -235,12 +236,20 @@ static void mm_case_init(mm_case *c, uint32_t t, int64_t n_in, int64_t n_out, in
     }
 }
 
-static void mm_case_free(mm_case *c) { free(c->w); free(c->x); }
+static void mm_case_free(mm_case *c) { free(c->w); free(c->x); sp_free_aligned(c->packed); }
+
+static void mm_case_pack(mm_case *c) {
+    sp_matrix m = { c->w, c->t, c->n_in, c->n_out, NULL };
+    assert_true(sp_matrix_packable(c->t, c->n_in, c->n_out));
+    assert_int_equal(sp_matrix_packed_bytes(&m), sp_dtype_row_bytes(c->t, (uint64_t)c->n_in) * (size_t)c->n_out);
+    c->packed = sp_alloc_aligned(sp_matrix_packed_bytes(&m));
+    sp_matrix_pack(&m, c->packed);
+}
 
 /* y (n_rows x n_out) = W x with the given level and thread count. */
 static void mm_run(const mm_case *c, sp_simd level, int threads, const float *x, int n_rows, float *y) {
     assert_int_equal(sp_kernels_set_simd(level), 0);
-    sp_matrix m = { c->w, c->t, c->n_in, c->n_out };
+    sp_matrix m = { c->w, c->t, c->n_in, c->n_out, c->packed };
     void *scratch = sp_alloc_aligned(sp_matmul_scratch_bytes(c->t, c->n_in, n_rows));
     sp_pool *pool = threads > 1 ? sp_pool_create(threads) : NULL;
     sp_matmul(&m, x, n_rows, y, c->n_out, scratch, pool);
@@ -252,7 +261,7 @@ static void mm_run(const mm_case *c, sp_simd level, int threads, const float *x,
  * the rounding error of output (r, o). */
 static double mm_abs_scale(const mm_case *c, int r, int64_t o) {
     float *wd = malloc((size_t)c->n_in * sizeof(float));
-    sp_matrix m = { c->w, c->t, c->n_in, c->n_out };
+    sp_matrix m = { c->w, c->t, c->n_in, c->n_out, NULL };
     sp_matrix_get_row(&m, o, wd);
     double s = 0;
     for (int64_t i = 0; i < c->n_in; i++) s += fabs((double)wd[i] * c->x[(size_t)r * c->n_in + i]);
@@ -327,22 +336,31 @@ static void test_matmul_long_rows(void **state) {
     }
 }
 
+/* The packable types. */
+static const uint32_t k_packed[] = {SP_Q4_1, SP_Q8_0};
+#define K_NP (sizeof k_packed / sizeof *k_packed)
+
 /* Row r of a pass of n rows equals the same row multiplied alone, bit for
- * bit, for n = 1..17 and 1 or 2 threads, on every level. */
-static void check_batch_invariance(sp_simd level) {
-    for (size_t k = 0; k < K_NT; k++) {
-        const uint32_t t = k_types[k];
-        const int64_t n_in = block_of(t) == 1 ? 100 : (block_of(t) == 32 ? 9 * 32 : 2 * 256);
+ * bit, for n = 1..17 and 1 or 2 threads, on every level; with pack, for
+ * the packable types packed (24 outputs: three groups of 8 rows). */
+static void check_batch_invariance(sp_simd level, bool pack) {
+    const size_t nt = pack ? K_NP : K_NT;
+    const int64_t n_out = pack ? 24 : 13;
+    for (size_t k = 0; k < nt; k++) {
+        const uint32_t t = pack ? k_packed[k] : k_types[k];
+        const int64_t n_in = block_of(t) == 1 ? 100 : (block_of(t) == 32 ? (pack ? 37 : 9) * 32 : 2 * 256);
         mm_case c;
-        mm_case_init(&c, t, n_in, 13, 17, 0, 0, 500 + k);
-        float *one = malloc(17 * 13 * sizeof(float)), *many = malloc(17 * 13 * sizeof(float));
-        for (int r = 0; r < 17; r++) mm_run(&c, level, 1, c.x + (size_t)r * n_in, 1, one + r * 13);
+        mm_case_init(&c, t, n_in, n_out, 17, 0, 0, 500 + k);
+        if (pack) mm_case_pack(&c);
+        const size_t no = (size_t)n_out;
+        float *one = malloc(17 * no * sizeof(float)), *many = malloc(17 * no * sizeof(float));
+        for (int r = 0; r < 17; r++) mm_run(&c, level, 1, c.x + (size_t)r * n_in, 1, one + r * no);
         for (int n = 1; n <= 17; n++) {
             for (int th = 1; th <= 2; th++) {
                 mm_run(&c, level, th, c.x, n, many);
-                if (memcmp(one, many, (size_t)n * 13 * sizeof(float)) != 0)
-                    fail_msg("%s %s: %d rows, %d threads differ from single rows", sp_kernels_describe(),
-                             sp_dtype_name(t), n, th);
+                if (memcmp(one, many, (size_t)n * no * sizeof(float)) != 0)
+                    fail_msg("%s %s%s: %d rows, %d threads differ from single rows", sp_kernels_describe(),
+                             sp_dtype_name(t), pack ? " packed" : "", n, th);
             }
         }
         free(one); free(many);
@@ -352,13 +370,88 @@ static void check_batch_invariance(sp_simd level) {
 
 static void test_batch_invariance_scalar(void **state) {
     (void)state;
-    check_batch_invariance(SP_SIMD_SCALAR);
+    check_batch_invariance(SP_SIMD_SCALAR, false);
+    check_batch_invariance(SP_SIMD_SCALAR, true);
 }
 
 static void test_batch_invariance_simd(void **state) {
     (void)state;
     if (!have_avx2()) { assert_int_equal(sp_kernels_set_simd(SP_SIMD_AVX2), -1); return; }
-    check_batch_invariance(SP_SIMD_AVX2);
+    check_batch_invariance(SP_SIMD_AVX2, false);
+    check_batch_invariance(SP_SIMD_AVX2, true);
+}
+
+/* ------------------------------------------------------------------------
+ * Packed matrices
+ * ---------------------------------------------------------------------- */
+static void test_pack_shapes(void **state) {
+    (void)state;
+    assert_true(sp_matrix_packable(SP_Q4_1, 576, 1536));
+    assert_true(sp_matrix_packable(SP_Q8_0, 32, 8));
+    assert_false(sp_matrix_packable(SP_Q4_1, 576, 12));         /* rows not a multiple of 8 */
+    assert_false(sp_matrix_packable(SP_Q8_0, 576, 0));
+    assert_false(sp_matrix_packable(SP_Q4_0, 576, 64));         /* type without packed kernels */
+    assert_false(sp_matrix_packable(SP_Q6_K, 512, 64));
+    assert_false(sp_matrix_packable(SP_Q4_1, 40, 64));          /* not whole blocks */
+    assert_false(sp_matrix_packable(SP_Q4_1, SP_PACK_MAX_IN + 32, 64));
+    assert_true(sp_matrix_packable(SP_Q4_1, SP_PACK_MAX_IN, 64));
+}
+
+/* Packing moves bytes only: every row unpacks to its original blocks, and
+ * a row read from the packed matrix has the same floats. */
+static void test_pack_roundtrip(void **state) {
+    (void)state;
+    for (size_t k = 0; k < K_NP; k++) {
+        mm_case c;
+        mm_case_init(&c, k_packed[k], 5 * 32, 32, 1, 0, 0, 900 + k);
+        mm_case_pack(&c);
+        const sp_matrix plain = { c.w, c.t, c.n_in, c.n_out, NULL };
+        const sp_matrix packed = { c.w, c.t, c.n_in, c.n_out, c.packed };
+        assert_true(memcmp(c.w, c.packed, sp_matrix_packed_bytes(&plain)) != 0);  /* it did move */
+        const size_t rb = (size_t)sp_dtype_row_bytes(c.t, (uint64_t)c.n_in);
+        uint8_t *row = malloc(rb);
+        float *a = malloc((size_t)c.n_in * sizeof(float)), *b = malloc((size_t)c.n_in * sizeof(float));
+        for (int64_t o = 0; o < c.n_out; o++) {
+            sp_matrix_unpack_row(&packed, o, row);
+            assert_memory_equal(row, c.w + (size_t)o * rb, rb);
+            sp_matrix_get_row(&plain, o, a);
+            sp_matrix_get_row(&packed, o, b);
+            assert_memory_equal(a, b, (size_t)c.n_in * sizeof(float));
+        }
+        free(row); free(a); free(b);
+        mm_case_free(&c);
+    }
+}
+
+/* Packed matmul: the portable path gives exactly the unpacked portable
+ * result; the SIMD kernel agrees with it within float tolerance, for 1..65
+ * blocks (more than one panel segment of 32), 1..17 rows, all scale kinds,
+ * 1 and 2 threads. */
+static void test_packed_matmul(void **state) {
+    (void)state;
+    const int64_t nbs[] = {1, 3, 17, 33, 65};
+    for (size_t k = 0; k < K_NP; k++) {
+        for (size_t ni = 0; ni < sizeof nbs / sizeof *nbs; ni++) {
+            for (int sk = 0; sk < 3; sk++) {
+                static const int kinds[] = {0, 1, 2, 3, 5, 6, 7};
+                const int rows = 1 + (int)((ni * 3 + (size_t)sk * 7) % 17);
+                mm_case c;
+                mm_case_init(&c, k_packed[k], nbs[ni] * 32, 40, rows, sk, kinds[(ni + (size_t)sk) % 7],
+                             700 + 100 * k + ni * 10 + (size_t)sk);
+                const size_t ny = (size_t)rows * 40;
+                float *yu = malloc(ny * sizeof(float)), *yp = malloc(ny * sizeof(float));
+                mm_run(&c, SP_SIMD_SCALAR, 1, c.x, rows, yu);
+                mm_case_pack(&c);
+                mm_run(&c, SP_SIMD_SCALAR, 2, c.x, rows, yp);
+                if (memcmp(yu, yp, ny * sizeof(float)) != 0)
+                    fail_msg("%s packed portable != unpacked portable (%lld blocks)", sp_dtype_name(c.t),
+                             (long long)nbs[ni]);
+                if (have_avx2()) check_simd_vs_scalar(&c, "packed");
+                free(yu); free(yp);
+                mm_case_free(&c);
+            }
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -577,6 +670,9 @@ int main(void) {
         cmocka_unit_test_teardown(test_matmul_long_rows, teardown),
         cmocka_unit_test_teardown(test_batch_invariance_scalar, teardown),
         cmocka_unit_test_teardown(test_batch_invariance_simd, teardown),
+        cmocka_unit_test_teardown(test_pack_shapes, teardown),
+        cmocka_unit_test_teardown(test_pack_roundtrip, teardown),
+        cmocka_unit_test_teardown(test_packed_matmul, teardown),
         cmocka_unit_test_teardown(test_ops_simd_vs_scalar, teardown),
         cmocka_unit_test_teardown(test_geglu_all_f16, teardown),
         cmocka_unit_test_teardown(test_exp_accuracy, teardown),
