@@ -49,6 +49,12 @@ void *sp_xrealloc(void *p, size_t n);
 char *sp_xstrdup(const char *s);
 void *sp_alloc_aligned(size_t n);      /* zero-filled */
 void sp_free_aligned(void *p);
+/* A large zero-filled region for data read often and in full (packed
+ * weights): page-aligned, backed by huge pages where the kernel allows
+ * (fewer TLB misses on every pass over it).  Released with sp_free_big
+ * and the same size. */
+void *sp_alloc_big(size_t n);
+void sp_free_big(void *p, size_t n);
 
 /* Overflow-checked size arithmetic: return false on overflow. */
 static inline bool sp_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {

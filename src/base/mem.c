@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -44,6 +45,19 @@ void *sp_alloc_aligned(size_t n) {
 }
 
 void sp_free_aligned(void *p) { free(p); }
+
+void *sp_alloc_big(size_t n) {
+    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) sp_oom(n);
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n ? n : 1, MADV_HUGEPAGE); /* a hint: fine if refused */
+#endif
+    return p;
+}
+
+void sp_free_big(void *p, size_t n) {
+    if (p) munmap(p, n ? n : 1);
+}
 
 uint64_t sp_now_ns(void) {
     struct timespec ts;

@@ -188,35 +188,48 @@ static int bind_layer(const sp_gguf *g, const sp_hparams *hp, int il, sp_layer *
     return 0;
 }
 
-/* Packs w (when it can be packed) into an owned buffer and releases the
- * mapped original, so the resident weights stay the size of the file. */
-static void pack_matrix(const sp_model *m, sp_matrix *w) {
-    if (!sp_matrix_packable(w->type, w->n_in, w->n_out)) return;
-    const size_t n = sp_matrix_packed_bytes(w);
-    void *p = sp_alloc_aligned(n);
-    sp_matrix_pack(w, p);
-    w->packed = p;
-    sp_gguf_release(m->gguf, w->data, n);
-}
-
-/* Packs the matrices the kernels in use read faster packed (every one of
- * a packable type), unless SPECULA_PACK=0. */
-static void pack_weights(sp_model *m) {
-    const char *e = getenv("SPECULA_PACK");
-    if (!sp_kernels_have_packed() || (e && strcmp(e, "0") == 0)) return;
-    pack_matrix(m, &m->tok_embd);
-    if (m->tied_output) m->output.packed = m->tok_embd.packed;
-    else pack_matrix(m, &m->output);
+/* The model's weight matrices, each once (a tied output is tok_embd). */
+static int model_matrices(sp_model *m, sp_matrix **out) {
+    int n = 0;
+    out[n++] = &m->tok_embd;
+    if (!m->tied_output) out[n++] = &m->output;
     for (int il = 0; il < m->hp.n_layer; il++) {
         sp_layer *L = &m->layers[il];
         sp_matrix *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) pack_matrix(m, ws[i]);
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) out[n++] = ws[i];
     }
+    return n;
 }
 
-static void free_packed(sp_matrix *w) {
-    sp_free_aligned(w->packed);
-    w->packed = NULL;
+/* Packs every matrix of a packable type and shape into one owned region
+ * (huge pages where possible) and releases the mapped originals, so the
+ * resident weights stay the size of the file; unless the kernels in use
+ * have no packed path or SPECULA_PACK=0. */
+static void pack_weights(sp_model *m) {
+    const char *e = getenv("SPECULA_PACK");
+    if (!sp_kernels_have_packed() || (e && strcmp(e, "0") == 0)) return;
+    sp_matrix **ws = sp_xmalloc((size_t)(2 + 7 * m->hp.n_layer) * sizeof *ws);
+    const int n = model_matrices(m, ws);
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (sp_matrix_packable(ws[i]->type, ws[i]->n_in, ws[i]->n_out))
+            total += (sp_matrix_packed_bytes(ws[i]) + 63) & ~(size_t)63;
+    if (total > 0) {
+        uint8_t *p = sp_alloc_big(total);
+        m->packed = p;
+        m->packed_bytes = total;
+        for (int i = 0; i < n; i++) {
+            sp_matrix *w = ws[i];
+            if (!sp_matrix_packable(w->type, w->n_in, w->n_out)) continue;
+            const size_t b = sp_matrix_packed_bytes(w);
+            sp_matrix_pack(w, p);
+            w->packed = p;
+            sp_gguf_release(m->gguf, w->data, b);
+            p += (b + 63) & ~(size_t)63;
+        }
+        if (m->tied_output) m->output.packed = m->tok_embd.packed;
+    }
+    free(ws);
 }
 
 static uint64_t matrix_bytes(const sp_matrix *w) {
@@ -273,13 +286,10 @@ void sp_model_free(sp_model *m) {
             free((void *)L->attn_norm); free((void *)L->ffn_norm);
             free((void *)L->q_norm); free((void *)L->k_norm);
             free((void *)L->post_attn_norm); free((void *)L->post_ffn_norm);
-            free_packed(&L->wq); free_packed(&L->wk); free_packed(&L->wv); free_packed(&L->wo);
-            free_packed(&L->w_gate); free_packed(&L->w_up); free_packed(&L->w_down);
         }
         free(m->layers);
     }
-    if (!m->tied_output) free_packed(&m->output);
-    free_packed(&m->tok_embd);
+    sp_free_big(m->packed, m->packed_bytes);
     free((void *)m->out_norm);
     free(m->path);
     sp_gguf_close(m->gguf);

@@ -70,6 +70,8 @@ typedef struct sp_model {
     bool tied_output;
     sp_layer *layers;            /* (n_layer) owned */
     uint64_t weight_bytes;       /* bytes of weight tensors in the file */
+    void *packed;                /* owned (sp_alloc_big): the packed matrices' data, or NULL */
+    size_t packed_bytes;
 } sp_model;
 
 /* Loads and validates a model (architecture, hyperparameters, every tensor's
