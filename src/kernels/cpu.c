@@ -6,6 +6,9 @@
 #include "kernels/internal.h"
 
 #include <stdatomic.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,25 @@ const sp_kfuncs sp_kfuncs_avx2 = {
     .act_prepare = sp_avx2_act_prepare,
     .dot_rows = sp_avx2_dot_rows,
     .dot_packed = sp_avx2_dot_packed,
+    .rmsnorm = sp_avx2_rmsnorm,
+    .softmax = sp_avx2_softmax,
+    .swiglu = sp_avx2_swiglu,
+    .geglu = sp_avx2_geglu,
+    .vec_add = sp_avx2_vec_add,
+    .vec_scale = sp_avx2_vec_scale,
+    .attn_head = sp_avx2_attn_head,
+    .attn_heads = sp_avx2_attn_heads,
+    .attn_heads_idx = sp_avx2_attn_heads_idx,
+};
+
+/* AVX2 plus AVX-VNNI: the same table but for the packed kernels. */
+const sp_kfuncs sp_kfuncs_vnni = {
+    .name = "avx2+fma+f16c+avxvnni",
+    .level = SP_SIMD_VNNI,
+    .dot_supports = sp_avx2_dot_supports,
+    .act_prepare = sp_avx2_act_prepare,
+    .dot_rows = sp_avx2_dot_rows,
+    .dot_packed = sp_vnni_dot_packed,
     .rmsnorm = sp_avx2_rmsnorm,
     .softmax = sp_avx2_softmax,
     .swiglu = sp_avx2_swiglu,
@@ -49,13 +71,29 @@ static bool sp_cpu_has_avx2(void) {
 #endif
 }
 
+/* True if the CPU has AVX-VNNI (CPUID leaf 7 subleaf 1, EAX bit 4): the
+ * VEX-encoded dpbusd on 256-bit registers, whose state sp_cpu_has_avx2
+ * already found enabled by the OS.  Read with CPUID directly because
+ * compilers disagree on the name __builtin_cpu_supports takes for it. */
+static bool sp_cpu_has_avxvnni(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return (a >> 4) & 1u;
+#else
+    return false;
+#endif
+}
+
 sp_simd sp_kernels_simd_best(void) {
-    return sp_cpu_has_avx2() ? SP_SIMD_AVX2 : SP_SIMD_SCALAR;
+    if (!sp_cpu_has_avx2()) return SP_SIMD_SCALAR;
+    return sp_cpu_has_avxvnni() ? SP_SIMD_VNNI : SP_SIMD_AVX2;
 }
 
 static const sp_kfuncs *sp_kfuncs_for(sp_simd level) {
 #if defined(__x86_64__)
     if (level == SP_SIMD_AVX2) return &sp_kfuncs_avx2;
+    if (level == SP_SIMD_VNNI) return &sp_kfuncs_vnni;
 #endif
     (void)level;
     return &sp_kfuncs_scalar;
@@ -73,7 +111,13 @@ static sp_simd sp_simd_from_env(void) {
         fprintf(stderr, "specula: SPECULA_SIMD=avx2 but this CPU lacks AVX2/FMA/F16C; using scalar\n");
         return SP_SIMD_SCALAR;
     }
-    fprintf(stderr, "specula: unknown SPECULA_SIMD=%s (scalar, avx2, auto); using %s\n", e,
+    if (strcmp(e, "vnni") == 0) {
+        if (best >= SP_SIMD_VNNI) return SP_SIMD_VNNI;
+        fprintf(stderr, "specula: SPECULA_SIMD=vnni but this CPU lacks AVX-VNNI; using %s\n",
+                sp_kfuncs_for(best)->name);
+        return best;
+    }
+    fprintf(stderr, "specula: unknown SPECULA_SIMD=%s (scalar, avx2, vnni, auto); using %s\n", e,
             sp_kfuncs_for(best)->name);
     return best;
 }
@@ -121,8 +165,10 @@ static int64_t sp_scalar_peak_loop(int64_t iters) {
  * a few milliseconds), best of 3 measurements. */
 double sp_kernels_peak_gmacs(double seconds) {
     int64_t (*loop)(int64_t) = sp_scalar_peak_loop;
+    double macs = 8.0 * 32.0; /* per round of the loop */
 #if defined(__x86_64__)
     if (sp_kern()->level == SP_SIMD_AVX2) loop = sp_avx2_peak_loop;
+    if (sp_kern()->level == SP_SIMD_VNNI) { loop = sp_vnni_peak_loop; macs = 12.0 * 32.0; }
 #endif
     int64_t iters = 1000, sink = 0;
     double best = 0.0;
@@ -132,7 +178,7 @@ double sp_kernels_peak_gmacs(double seconds) {
             sink += loop(iters);
             const double s = sp_ns_to_s(sp_now_ns() - t0);
             if (s >= seconds / 3 || s >= 1.0) {
-                const double r = (double)iters * 8.0 * 32.0 / s * 1e-9;
+                const double r = (double)iters * macs / s * 1e-9;
                 if (r > best) best = r;
                 break;
             }

@@ -25,15 +25,20 @@
  * Run-time dispatch (cpu.c)
  *
  * The kernels have a portable C implementation and, on x86-64, an
- * AVX2+FMA+F16C one; the best level the CPU supports is chosen on first use
+ * AVX2+FMA+F16C one (and on CPUs with AVX-VNNI the same with dpbusd in the
+ * packed matmul); the best level the CPU supports is chosen on first use
  * unless the environment variable SPECULA_SIMD says otherwise ("scalar",
- * "avx2" or "auto").  The SIMD results may differ from the portable ones
+ * "avx2", "vnni" or "auto").  The SIMD results may differ from the portable ones
  * within float rounding (other summation orders), but each level on its
  * own keeps every guarantee of this header, batch invariance included.
  * sp_vec_dot, sp_quantize_row and sp_quantize_act_row are always the
  * portable reference.
  * ---------------------------------------------------------------------- */
-typedef enum sp_simd { SP_SIMD_SCALAR = 0, SP_SIMD_AVX2 = 1 } sp_simd;
+typedef enum sp_simd {
+    SP_SIMD_SCALAR = 0,
+    SP_SIMD_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    SP_SIMD_VNNI = 2    /* the same plus AVX-VNNI (packed kernels use dpbusd; bit-identical to AVX2) */
+} sp_simd;
 
 /* Best level this CPU (and OS) supports. */
 sp_simd sp_kernels_simd_best(void);
@@ -42,7 +47,8 @@ sp_simd sp_kernels_simd(void);
 /* Switches level (tests, benchmarks): returns 0, or -1 if the CPU lacks
  * it.  Not thread-safe: call while no kernel runs. */
 int sp_kernels_set_simd(sp_simd level);
-/* The level in use, for logs: "scalar" or "avx2+fma+f16c". */
+/* The level in use, for logs: "scalar", "avx2+fma+f16c" or
+ * "avx2+fma+f16c+avxvnni". */
 const char *sp_kernels_describe(void);
 /* Peak int8 multiply-accumulate rate of one thread, GMAC/s, measured for
  * about `seconds` (best of 3): a register-only loop of the instructions

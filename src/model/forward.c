@@ -5,6 +5,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,15 +174,18 @@ typedef struct {
     int il, n;
     bool swa;
     float scale;
+    _Atomic int64_t next;   /* first work item not yet taken */
 } attn_job;
 
 /* Work items are (row, KV head, part of its query heads): the query heads
  * of a KV head go through the cache together (sp_attn_heads), split into
  * parts only when there are too few items to keep every thread busy (one
  * row of a model with one KV head).  A head's result does not depend on
- * the grouping, so neither on the thread count. */
+ * the grouping, so neither on the thread count.  Threads take items one
+ * at a time from a shared counter: in a causal prefill row i reads i keys,
+ * so equal shares of rows would be very unequal shares of work. */
 static void attn_worker(void *ctx, int ith, int nth) {
-    const attn_job *j = ctx;
+    attn_job *j = ctx;
     const sp_hparams *hp = j->hp;
     const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const size_t qd = (size_t)hp->n_head * hd;
@@ -191,9 +195,10 @@ static void attn_worker(void *ctx, int ith, int nth) {
     int parts = (2 * nth + per_row - 1) / per_row;
     parts = parts < 1 ? 1 : (parts > group ? group : parts);
     const int hpp = (group + parts - 1) / parts; /* heads per part */
-    int64_t lo, hi;
-    sp_split((int64_t)per_row * parts, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++) {
+    const int64_t n_items = (int64_t)per_row * parts;
+    for (;;) {
+        const int64_t t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (t >= n_items) break;
         const int i = (int)(t / (hp->n_head_kv * parts)), rem = (int)(t % (hp->n_head_kv * parts));
         const int kvh = rem / parts, h0 = kvh * group + (rem % parts) * hpp;
         const int nh = h0 + hpp <= (kvh + 1) * group ? hpp : (kvh + 1) * group - h0;
@@ -217,7 +222,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
 }
 
 static void attention(const sp_model *m, sp_workspace *ws, int il, int n, bool swa, float scale) {
-    attn_job j = { &m->hp, ws, il, n, swa, scale };
+    attn_job j = { &m->hp, ws, il, n, swa, scale, 0 };
     sp_pool_run(ws->pool, attn_worker, &j);
 }
 

@@ -61,7 +61,7 @@ check "smollm2 Q8_0 --layers 0-7,28-29 exits 0" test $rc -eq 0
 check "progress on stderr" bash -c "grep -q 'keeping 10 of 30 blocks' $tmp/e && grep -q 'blk.9.ffn_up.weight .* Q4_1 -> Q8_0' $tmp/e && grep -q 'wrote .*: 92 tensors' $tmp/e"
 "$BIN" info -m "$tmp/s8.gguf" > "$tmp/i" 2>&1
 check "info: 10 layers, Q8_0 and F32 only, name, tokenizer" bash -c "grep -q 'layers:        10' $tmp/i && grep -q 'tensor types: F32 x21 (0.0 MiB) Q8_0 x71' $tmp/i && grep -q 'name:          smol draft' $tmp/i && grep -q 'gpt2 (BPE, pre=smollm), 49152 tokens' $tmp/i"
-"$BIN" run -m "$tmp/s8.gguf" -p "The capital of France is" -n 16 --temp 0 > "$tmp/o" 2>"$tmp/s"
+"$BIN" run -m "$tmp/s8.gguf" -p "The capital of France is" -n 16 --temp 0 --ignore-eos > "$tmp/o" 2>"$tmp/s"
 check "run on the 10-block model generates 16 tokens of text" bash -c "grep -q 'generated: 16 tokens' $tmp/s && [ \$(wc -c < $tmp/o) -gt 16 ]"
 if [ -n "$PY" ]; then
     "$PY" tests/tools/check_quantized_gguf.py "$SMOL" "$tmp/s8.gguf" --type Q8_0 --layers 0-7,28-29 --name "smol draft" --data 24 > "$tmp/p" 2>&1

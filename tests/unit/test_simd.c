@@ -31,6 +31,7 @@ static int teardown(void **state) {
 }
 
 static bool have_avx2(void) { return sp_kernels_simd_best() >= SP_SIMD_AVX2; }
+static bool have_vnni(void) { return sp_kernels_simd_best() >= SP_SIMD_VNNI; }
 
 static void put_f16(uint8_t *p, float f) {
     sp_f16 h = sp_f32_to_f16(f);
@@ -60,6 +61,20 @@ static void test_dispatch(void **state) {
         assert_int_equal(sp_kernels_set_simd(SP_SIMD_AVX2), -1);
         assert_int_equal(sp_kernels_simd(), SP_SIMD_SCALAR);
     }
+    if (have_vnni()) {
+        assert_int_equal(sp_kernels_set_simd(SP_SIMD_VNNI), 0);
+        assert_int_equal(sp_kernels_simd(), SP_SIMD_VNNI);
+        assert_string_equal(sp_kernels_describe(), "avx2+fma+f16c+avxvnni");
+        assert_true(sp_kernels_have_packed());
+        const double npeak = sp_kernels_peak_gmacs(0.01);
+        assert_true(npeak > 0 && isfinite(npeak));
+    } else {
+        const sp_simd before = sp_kernels_simd();
+        assert_int_equal(sp_kernels_set_simd(SP_SIMD_VNNI), -1);
+        assert_int_equal(sp_kernels_simd(), before);
+    }
+    assert_int_equal(sp_kernels_set_simd(SP_SIMD_SCALAR), 0);
+    assert_false(sp_kernels_have_packed());
 }
 
 /* ------------------------------------------------------------------------
@@ -379,6 +394,7 @@ static void test_batch_invariance_simd(void **state) {
     if (!have_avx2()) { assert_int_equal(sp_kernels_set_simd(SP_SIMD_AVX2), -1); return; }
     check_batch_invariance(SP_SIMD_AVX2, false);
     check_batch_invariance(SP_SIMD_AVX2, true);
+    if (have_vnni()) check_batch_invariance(SP_SIMD_VNNI, true);
 }
 
 /* ------------------------------------------------------------------------
@@ -447,6 +463,14 @@ static void test_packed_matmul(void **state) {
                     fail_msg("%s packed portable != unpacked portable (%lld blocks)", sp_dtype_name(c.t),
                              (long long)nbs[ni]);
                 if (have_avx2()) check_simd_vs_scalar(&c, "packed");
+                if (have_vnni()) {
+                    /* dpbusd gives the same exact integer sums: bit-identical */
+                    mm_run(&c, SP_SIMD_AVX2, 1, c.x, rows, yu);
+                    mm_run(&c, SP_SIMD_VNNI, 2, c.x, rows, yp);
+                    if (memcmp(yu, yp, ny * sizeof(float)) != 0)
+                        fail_msg("%s packed: vnni != avx2 (%lld blocks, %d rows)", sp_dtype_name(c.t),
+                                 (long long)nbs[ni], rows);
+                }
                 free(yu); free(yp);
                 mm_case_free(&c);
             }
