@@ -58,6 +58,22 @@ check "info smollm2: llama, 30 layers, BPE, chatml" bash -c "grep -q 'architectu
 "$BIN" info -m gemma3-270m > "$tmp/i" 2>&1
 check "info gemma3: gemma3, 18 layers, sliding window, gemma template" bash -c "grep -q 'architecture:  gemma3' $tmp/i && grep -q 'layers:        18' $tmp/i && grep -q 'window 512' $tmp/i && grep -q 'chat template: gemma' $tmp/i"
 
+# kernels and packed weights: info names the level; packing keeps the
+# resident memory of a run within 5% of the plain mapped layout's
+SPECULA_SIMD=scalar "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
+check "info names the kernels (scalar: nothing packed)" bash -c "grep -q '^kernels:       scalar\$' $tmp/i"
+if grep -qw avx2 /proc/cpuinfo; then
+    "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
+    check "info: SIMD kernels pack the Q4_1/Q8_0 matrices" grep -q '^kernels:       avx2+fma+f16c.* (Q4_1/Q8_0 matrices packed: ' "$tmp/i"
+    rss() { sed -n 's/.*peak RSS \([0-9]*\) MiB.*/\1/p' "$1"; }
+    for m in smollm2-135m gemma3-270m; do
+        "$BIN" run -m $m -p "The capital of France is" -n 8 --temp 0 > /dev/null 2>"$tmp/p1"
+        SPECULA_PACK=0 "$BIN" run -m $m -p "The capital of France is" -n 8 --temp 0 > /dev/null 2>"$tmp/p0"
+        a=$(rss "$tmp/p1"); b=$(rss "$tmp/p0")
+        check "$m: packed peak RSS ${a} MiB within 5% of unpacked ${b} MiB" bash -c "[ -n '$a' ] && [ -n '$b' ] && [ \$(( $a * 100 )) -le \$(( $b * 105 )) ]"
+    done
+fi
+
 # run: greedy is deterministic and stats go to stderr
 "$BIN" run -m smollm2-135m -p "The capital of France is" -n 12 --temp 0 > "$tmp/o1" 2>"$tmp/s1"
 "$BIN" run -m smollm2-135m -p "The capital of France is" -n 12 --temp 0 -t 1 > "$tmp/o2" 2>/dev/null
