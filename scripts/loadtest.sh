@@ -5,21 +5,22 @@
 # markdown table (requests/s, aggregate tok/s, p50/p95 TTFT and ITL,
 # acceptance) and leaves Locust's CSVs under build/loadtest/.
 #
-#   scripts/loadtest.sh [-m MODEL] [-d SECONDS] [-n MAX_TOKENS] [-c "1 2 4 8"] [-s "none ngram"]
+#   scripts/loadtest.sh [-m MODEL] [-d SECONDS] [-n MAX_TOKENS] [-c "1 2 4 8"] [-s "none ngram"] [-b BINARY]
 #
-# Needs a release build (make BUILD=release) and installs locust into .venv.
+# Needs a release build (make BUILD=release; -b tests another binary, e.g.
+# an older commit's for an A/B) and installs locust into .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=smollm2-135m; dur=60; maxtok=64; clients="1 2 4 8"; methods="none ngram"
 prompts=../shared/bench/prompts.jsonl
-while getopts "m:d:n:c:s:p:" o; do
+bin=build/release/specula
+while getopts "m:d:n:c:s:p:b:" o; do
     case $o in
         m) model=$OPTARG ;; d) dur=$OPTARG ;; n) maxtok=$OPTARG ;; c) clients=$OPTARG ;;
-        s) methods=$OPTARG ;; p) prompts=$OPTARG ;;
-        *) echo "usage: $0 [-m MODEL] [-d SECONDS] [-n MAX_TOKENS] [-c CLIENTS] [-s METHODS] [-p PROMPTS]" >&2; exit 2 ;;
+        s) methods=$OPTARG ;; p) prompts=$OPTARG ;; b) bin=$OPTARG ;;
+        *) echo "usage: $0 [-m MODEL] [-d SECONDS] [-n MAX_TOKENS] [-c CLIENTS] [-s METHODS] [-p PROMPTS] [-b BINARY]" >&2; exit 2 ;;
     esac
 done
-bin=build/release/specula
 [ -x "$bin" ] || { echo "loadtest: $bin missing; run make BUILD=release" >&2; exit 1; }
 [ -f "$prompts" ] || { echo "loadtest: prompts file $prompts not found (-p FILE)" >&2; exit 1; }
 [ -x .venv/bin/python ] || python3 -m venv .venv

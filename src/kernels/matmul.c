@@ -10,6 +10,9 @@
  *     rows multiplies each weight row against all activation rows (its
  *     blocks unpacked once per register chunk of 4-8 activation rows, not
  *     once per row);
+ *   - packed matrices (pack.c): the SIMD level's dot_packed on whole
+ *     groups of 8 output rows (chunks are multiples of 8), or, on the
+ *     portable path, each row unpacked to its original blocks first;
  *   - portable path: one sp_vec_dot per (weight row, activation row).
  * Either way an output element is a fixed function of its weight row and
  * activation row: which thread computes it, and how many rows share the

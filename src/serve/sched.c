@@ -141,17 +141,21 @@ static void fail_slot(sp_sched *s, int i, int status, const char *msg) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Plans slot i with at most max_rows rows (0 = all); adds it to the pass if
- * it has rows.  Returns the rows added. */
-static int plan_slot(sp_sched *s, int i, int max_rows, int *n) {
+/* Plans slot i with at most max_rows rows (0 = all) into a pass that
+ * already holds `rows` rows expected to emit *tokens tokens; adds it to the
+ * pass if it has rows (and its expected tokens to *tokens).  Returns the
+ * rows added. */
+static int plan_slot(sp_sched *s, int i, int max_rows, int rows, double *tokens, int *n) {
     sp_err e;
     sp_fwd_seq *f = &s->fwds[*n];
-    if (sp_seq_plan(sp_job_seq(s->slots[i]), max_rows, f, &e)) {
+    sp_seq *q = sp_job_seq(s->slots[i]);
+    if (sp_seq_plan_in(q, max_rows, rows, *tokens, f, &e)) {
         fail_slot(s, i, 500, e.msg);
         return 0;
     }
     if (f->n == 0) return 0;
     s->fwd_slot[(*n)++] = i;
+    *tokens += sp_seq_planned_tokens(q);
     return f->n;
 }
 
@@ -169,13 +173,17 @@ static int prefill_order(const sp_sched *s, int *order) {
 
 static void step(sp_sched *s) {
     int n = 0, rows = 0;
+    double tokens = 0.0;
+    /* decoding rows first: each sequence's draft length is chosen for the
+     * pass as planned so far (more rows make extra draft rows dearer) */
     for (int i = 0; i < s->o.parallel; i++)
-        if (s->slots[i] && !sp_seq_prefilling(sp_job_seq(s->slots[i]))) rows += plan_slot(s, i, 0, &n);
+        if (s->slots[i] && !sp_seq_prefilling(sp_job_seq(s->slots[i])))
+            rows += plan_slot(s, i, 0, rows, &tokens, &n);
     int budget = s->o.batch_rows - rows;
     if (budget < s->o.batch_rows / 4) budget = s->o.batch_rows / 4 > 0 ? s->o.batch_rows / 4 : 1;
     const int n_pre = prefill_order(s, s->order);
     for (int k = 0; k < n_pre && budget > 0; k++) {
-        const int got = plan_slot(s, s->order[k], budget, &n);
+        const int got = plan_slot(s, s->order[k], budget, rows, &tokens, &n);
         budget -= got;
         rows += got;
     }

@@ -177,13 +177,32 @@ double sp_adapt_expected(const sp_adapt *a, int n) {
     return e;
 }
 
-int sp_adapt_choose(const sp_adapt *a) {
+/* t(K) for any K >= 1: the curve, then a straight line with the slope of
+ * its last four points (a pass of many sequences may exceed the longest
+ * window measured; beyond it the forward is compute-bound, so linear). */
+static double cost_at(const sp_cost_curve *c, int k) {
+    const int top = SP_MAX_DRAFT + 1;
+    if (k <= top) return c->t[k < 1 ? 1 : k];
+    const double slope = (c->t[top] - c->t[top - 4]) / 4.0;
+    return c->t[top] + (k - top) * (slope > 0 ? slope : 0.0);
+}
+
+int sp_adapt_choose(const sp_adapt *a) { return sp_adapt_choose_in(a, 0, 0.0); }
+
+/* Maximises (tokens + E(n)) / (t(rows + 1 + n) + n * c): the pass's
+ * expected tokens per second when this sequence adds its pending token and
+ * n drafts to the rows already in it (c: the drafter's seconds per token).
+ * Alone (rows = 0) that is the sequence's own rate; in a full pass extra
+ * rows cost nearly their full share, so drafts must be likelier to pay. */
+int sp_adapt_choose_in(const sp_adapt *a, int rows, double tokens) {
     if (!a->cost || !a->cost->valid) return a->cap;
     const double c = a->draft_n > 0 ? a->draft_s / a->draft_n : 0.0;
+    if (rows < 0) rows = 0;
+    if (tokens < 0) tokens = 0;
     int best = 0;
-    double best_rate = 1.0 / a->cost->t[1];
+    double best_rate = (tokens + 1.0) / cost_at(a->cost, rows + 1);
     for (int n = 1; n <= a->cap; n++) {
-        double rate = sp_adapt_expected(a, n) / (a->cost->t[n + 1] + n * c);
+        double rate = (tokens + sp_adapt_expected(a, n)) / (cost_at(a->cost, rows + n + 1) + n * c);
         if (rate > best_rate * 1.0001) { best = n; best_rate = rate; }
     }
     return best;

@@ -34,6 +34,7 @@ struct sp_seq {
     int32_t wparent[SP_MAX_DRAFT + 1];
     sp_proposal prop;
     int n_draft, base, n_rows;
+    double planned_tokens;       /* tokens the planned pass is expected to emit */
     uint64_t t_plan;
     /* adaptive length and shadow proposals */
     sp_adapt adapt;
@@ -135,10 +136,12 @@ int sp_seq_begin(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
  * Planning: the rows of the next pass
  * ------------------------------------------------------------------------- */
 
-/* How many draft tokens this round may verify. */
-static int draft_budget(const sp_seq *q) {
+/* How many draft tokens this round may verify, in a pass that already
+ * holds pass_rows rows expected to emit pass_tokens tokens. */
+static int draft_budget(const sp_seq *q, int pass_rows, double pass_tokens) {
     if (!q->draft || q->cfg.draft_max == 0) return 0;
-    int n = q->cfg.draft_max == SP_DRAFT_ADAPTIVE ? sp_adapt_choose(&q->adapt) : q->cfg.draft_max;
+    int n = q->cfg.draft_max == SP_DRAFT_ADAPTIVE ? sp_adapt_choose_in(&q->adapt, pass_rows, pass_tokens)
+                                                  : q->cfg.draft_max;
     /* a drafter that runs a model has an unknown cost until it has drafted
      * once: probe with a short draft rather than the optimistic prior's */
     if (q->cfg.draft_max == SP_DRAFT_ADAPTIVE && !q->draft->drafter->cheap && q->adapt.draft_n == 0 &&
@@ -189,7 +192,15 @@ static int propose(sp_seq *q, int budget, sp_proposal *prop, sp_err *err) {
 }
 
 int sp_seq_plan(sp_seq *q, int max_rows, sp_fwd_seq *fwd, sp_err *err) {
+    return sp_seq_plan_in(q, max_rows, 0, 0.0, fwd, err);
+}
+
+double sp_seq_planned_tokens(const sp_seq *q) { return q->planned_tokens; }
+
+int sp_seq_plan_in(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_fwd_seq *fwd,
+                   sp_err *err) {
     memset(fwd, 0, sizeof *fwd);
+    q->planned_tokens = 0.0;
     if (q->state == SEQ_DONE) return 0;
     q->t_plan = sp_now_ns();
     if (q->state == SEQ_PREFILL) {
@@ -199,12 +210,14 @@ int sp_seq_plan(sp_seq *q, int max_rows, sp_fwd_seq *fwd, sp_err *err) {
         *fwd = (sp_fwd_seq){ .kv = q->kv, .tokens = q->prompt + q->n_prefilled, .n = n,
                              .mode = last ? SP_LOGITS_LAST : SP_LOGITS_NONE, .logits = q->logits };
         q->n_rows = n;
+        q->planned_tokens = last ? 1.0 : 0.0;
         return 0;
     }
     if (q->kv->n >= q->kv->n_ctx) { set_done(q, SP_FINISH_CONTEXT); return 0; }
-    const int n = propose(q, draft_budget(q), &q->prop, err);
+    const int n = propose(q, draft_budget(q, pass_rows, pass_tokens), &q->prop, err);
     if (n < 0) return -1;
     q->n_draft = n;
+    q->planned_tokens = sp_adapt_expected(&q->adapt, n);
     q->base = q->kv->n;          /* slot and position of the pending token */
     q->window[0] = q->pending;
     if (n > 0) memcpy(q->window + 1, q->prop.tokens, (size_t)n * sizeof(int32_t));

@@ -315,8 +315,12 @@ typedef struct sp_adapt {
     int cap;                         /* upper bound on the draft length */
 } sp_adapt;
 void sp_adapt_init(sp_adapt *a, const sp_cost_curve *cost, int cap);
-/* Best draft length in [0, cap]. */
+/* Best draft length in [0, cap] for a sequence alone in its pass. */
 int sp_adapt_choose(const sp_adapt *a);
+/* The same when the pass already holds `rows` rows of other sequences,
+ * expected to emit `tokens` tokens (continuous batching): the length that
+ * maximises the whole pass's tokens per second. */
+int sp_adapt_choose_in(const sp_adapt *a, int rows, double tokens);
 /* Records a verified (or shadow) proposal: n drafted, k accepted. */
 void sp_adapt_observe(sp_adapt *a, int n, int k);
 /* Records that asking the drafter for n tokens took `seconds` (a draft
@@ -368,6 +372,14 @@ bool sp_seq_prefilling(const sp_seq *q);
  * max_rows (0 = all), or the verification window [pending, drafts...].
  * fwd->n == 0 when there is nothing to run (finished). */
 int sp_seq_plan(sp_seq *q, int max_rows, sp_fwd_seq *fwd, sp_err *err);
+/* The same for a pass that already holds pass_rows rows of other
+ * sequences, expected to emit pass_tokens tokens: the adaptive draft
+ * length then maximises the whole pass's rate (sp_adapt_choose_in). */
+int sp_seq_plan_in(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_fwd_seq *fwd,
+                   sp_err *err);
+/* Tokens the last planned pass of q is expected to emit (its controller's
+ * estimate; 0 for a prompt chunk that is not the last). */
+double sp_seq_planned_tokens(const sp_seq *q);
 /* After the caller ran the planned rows (alone or batched with other
  * sequences' rows): accept walk, cache compaction, commit, emission.
  * verify_ns is the pass's time, for statistics. */

@@ -1,5 +1,5 @@
 /* Unit tests for the run-time dispatch and the SIMD kernels (cpu.c,
- * quant_avx2.c, ops_avx2.c, matmul.c):
+ * quant_avx2.c, ops_avx2.c, matmul.c, pack.c, pack_avx2.c, pack_vnni.c):
  *   - dispatch: levels, names, switching;
  *   - activation quantizers: the SIMD ones give exactly the portable values
  *     (random rows, rounding ties, zeros, huge and subnormal values);
@@ -8,6 +8,8 @@
  *   - batch invariance: a row's outputs are bit-identical whether it is
  *     multiplied alone or with 1..16 others, with 1 or 2 threads, on both
  *     levels;
+ *   - packed matrices: layout round trip, portable packed == portable
+ *     unpacked exactly, SIMD within tolerance, AVX-VNNI == AVX2 exactly;
  *   - vector operations and attention: SIMD vs portable (bit-exact where the
  *     contract says so), and the accuracy of the vectorised exp.
  * SIMD tests run when the CPU has the level; on other machines they check

@@ -345,6 +345,30 @@ static void test_adapt(void **st) {
     assert_int_equal(sp_adapt_choose(&a), n);
 }
 
+/* In a pass shared with other sequences extra rows cost their full share:
+ * a request that drafts alone stops drafting in a full pass unless its
+ * drafts are very likely to be accepted. */
+static void test_adapt_in_pass(void **st) {
+    (void)st;
+    sp_cost_curve mid;
+    curve(&mid, 0.2);                                /* t(K) = 1 + 0.2 (K - 1) */
+    sp_adapt a;
+    sp_adapt_init(&a, &mid, 10);
+    for (int i = 0; i < 300; i++) sp_adapt_observe(&a, 4, i % 10 < 4 ? 1 : 0); /* 40 % at position 0 */
+    const int alone = sp_adapt_choose(&a);
+    assert_true(alone >= 1);
+    assert_int_equal(sp_adapt_choose_in(&a, 0, 0.0), alone);   /* an empty pass is "alone" */
+    assert_int_equal(sp_adapt_choose_in(&a, 8, 8.0), 0);       /* 8 plain rows already in the pass */
+    /* a request whose drafts are all accepted still drafts there, also
+     * past the end of the measured curve (24 + 1 + 10 rows > SP_MAX_DRAFT + 1,
+     * where t is extended along its last slope) */
+    for (int i = 0; i < 300; i++) sp_adapt_observe(&a, 10, 10);
+    assert_true(sp_adapt_choose_in(&a, 8, 8.0) >= 8);
+    assert_true(sp_adapt_choose_in(&a, 24, 24.0) >= 8);
+    /* negative inputs are clamped (never a better rate from nothing) */
+    assert_int_equal(sp_adapt_choose_in(&a, -5, -3.0), sp_adapt_choose(&a));
+}
+
 static void test_stats(void **st) {
     (void)st;
     sp_spec_stats a = { 0 }, b = { 0 };
@@ -370,7 +394,8 @@ int main(void) {
         cmocka_unit_test(test_ngram_long_history), cmocka_unit_test(test_ngram_checkpoint),
         cmocka_unit_test(test_ngram_tree), cmocka_unit_test(test_ngram_bad_params), cmocka_unit_test(test_capability_refusal),
         cmocka_unit_test(test_specsample_distribution), cmocka_unit_test(test_specsample_degenerate),
-        cmocka_unit_test(test_adapt), cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_adapt), cmocka_unit_test(test_adapt_in_pass),
+        cmocka_unit_test(test_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
