@@ -18,41 +18,34 @@
 static const sp_kfuncs sp_kfuncs_scalar = { .name = "scalar", .level = SP_SIMD_SCALAR };
 
 #if defined(__x86_64__)
+/* The entries the AVX2 and the AVX-VNNI tables share. */
+#define SP_KFUNCS_AVX2_COMMON                        \
+    .dot_supports = sp_avx2_dot_supports,            \
+    .act_prepare = sp_avx2_act_prepare,              \
+    .dot_rows = sp_avx2_dot_rows,                    \
+    .rmsnorm = sp_avx2_rmsnorm,                      \
+    .softmax = sp_avx2_softmax,                      \
+    .swiglu = sp_avx2_swiglu,                        \
+    .geglu = sp_avx2_geglu,                          \
+    .vec_add = sp_avx2_vec_add,                      \
+    .vec_scale = sp_avx2_vec_scale,                  \
+    .attn_head = sp_avx2_attn_head,                  \
+    .attn_heads = sp_avx2_attn_heads,                \
+    .attn_heads_idx = sp_avx2_attn_heads_idx
+
 const sp_kfuncs sp_kfuncs_avx2 = {
     .name = "avx2+fma+f16c",
     .level = SP_SIMD_AVX2,
-    .dot_supports = sp_avx2_dot_supports,
-    .act_prepare = sp_avx2_act_prepare,
-    .dot_rows = sp_avx2_dot_rows,
+    SP_KFUNCS_AVX2_COMMON,
     .dot_packed = sp_avx2_dot_packed,
-    .rmsnorm = sp_avx2_rmsnorm,
-    .softmax = sp_avx2_softmax,
-    .swiglu = sp_avx2_swiglu,
-    .geglu = sp_avx2_geglu,
-    .vec_add = sp_avx2_vec_add,
-    .vec_scale = sp_avx2_vec_scale,
-    .attn_head = sp_avx2_attn_head,
-    .attn_heads = sp_avx2_attn_heads,
-    .attn_heads_idx = sp_avx2_attn_heads_idx,
 };
 
-/* AVX2 plus AVX-VNNI: the same table but for the packed kernels. */
+/* AVX2 plus AVX-VNNI: only the packed kernels differ. */
 const sp_kfuncs sp_kfuncs_vnni = {
     .name = "avx2+fma+f16c+avxvnni",
     .level = SP_SIMD_VNNI,
-    .dot_supports = sp_avx2_dot_supports,
-    .act_prepare = sp_avx2_act_prepare,
-    .dot_rows = sp_avx2_dot_rows,
+    SP_KFUNCS_AVX2_COMMON,
     .dot_packed = sp_vnni_dot_packed,
-    .rmsnorm = sp_avx2_rmsnorm,
-    .softmax = sp_avx2_softmax,
-    .swiglu = sp_avx2_swiglu,
-    .geglu = sp_avx2_geglu,
-    .vec_add = sp_avx2_vec_add,
-    .vec_scale = sp_avx2_vec_scale,
-    .attn_head = sp_avx2_attn_head,
-    .attn_heads = sp_avx2_attn_heads,
-    .attn_heads_idx = sp_avx2_attn_heads_idx,
 };
 #endif
 
