@@ -18,6 +18,19 @@
 
 #include <string.h>
 
+/* Compiles the functions between SP_TARGET_BEGIN("avx2,fma,f16c") and
+ * SP_TARGET_END for that instruction set (GCC or clang), the rest of the
+ * binary staying generic x86-64: the SIMD files are reached only through
+ * the dispatch table, after CPUID said the CPU has the set. */
+#define SP_PRAGMA_STR(x) _Pragma(#x)
+#if defined(__clang__)
+#define SP_TARGET_BEGIN(t) SP_PRAGMA_STR(clang attribute push(__attribute__((target(t))), apply_to = function))
+#define SP_TARGET_END _Pragma("clang attribute pop")
+#else
+#define SP_TARGET_BEGIN(t) _Pragma("GCC push_options") SP_PRAGMA_STR(GCC target(t))
+#define SP_TARGET_END _Pragma("GCC pop_options")
+#endif
+
 /* ========================================================================
  * Block layouts (as in ggml-common.h).  Byte arrays only, so a block needs
  * no alignment; multi-byte fields are little-endian, read with memcpy.

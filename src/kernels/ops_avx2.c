@@ -21,12 +21,7 @@
 #include <math.h>
 #include <pthread.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+SP_TARGET_BEGIN("avx2,fma,f16c")
 
 #define SP_AI static inline __attribute__((always_inline))
 
@@ -367,10 +362,6 @@ void sp_avx2_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16
     sp_o_attn_group(out, q, k, v, stride, head_dim, lo, hi, NULL, scale, scores, 1);
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+SP_TARGET_END
 
 #endif /* __x86_64__ */

@@ -27,21 +27,12 @@
 
 #include <immintrin.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+SP_TARGET_BEGIN("avx2,fma,f16c")
 
 #define SP_PK_VNNI 0
 #define SP_PK_DOT_PACKED sp_avx2_dot_packed
 #include "kernels/pack_kern.h"
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+SP_TARGET_END
 
 #endif /* __x86_64__ */

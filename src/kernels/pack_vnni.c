@@ -11,12 +11,7 @@
 
 #include <immintrin.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avxvnni"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avxvnni")
-#endif
+SP_TARGET_BEGIN("avx2,fma,f16c,avxvnni")
 
 #define SP_PK_VNNI 1
 #define SP_PK_DOT_PACKED sp_vnni_dot_packed
@@ -42,10 +37,6 @@ __attribute__((noinline)) int64_t sp_vnni_peak_loop(int64_t iters) {
     return _mm_cvtsi128_si32(h);
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+SP_TARGET_END
 
 #endif /* __x86_64__ */

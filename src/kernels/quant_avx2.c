@@ -44,12 +44,7 @@
 
 #include <immintrin.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+SP_TARGET_BEGIN("avx2,fma,f16c")
 
 #define SP_AI static inline __attribute__((always_inline))
 /* Loops over the rows of a register chunk must be unrolled so that the
@@ -618,10 +613,6 @@ void sp_avx2_dot_rows(uint32_t wtype, int64_t n, const void *w, size_t w_stride,
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+SP_TARGET_END
 
 #endif /* __x86_64__ */
