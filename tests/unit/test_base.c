@@ -83,6 +83,24 @@ static void test_pool(void **state) {
     assert_true(sp_physical_cores() >= 1);
 }
 
+/* Big regions: page-aligned, zero-filled, writable over their whole size;
+ * freeing NULL is a no-op. */
+static void test_alloc_big(void **state) {
+    (void)state;
+    const size_t sizes[] = {1, 4096, 3 * 1024 * 1024 + 17};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        uint8_t *p = sp_alloc_big(sizes[k]);
+        assert_non_null(p);
+        assert_int_equal((uintptr_t)p % 4096, 0);
+        for (size_t i = 0; i < sizes[k]; i += 997) assert_int_equal(p[i], 0);
+        assert_int_equal(p[sizes[k] - 1], 0);
+        memset(p, 0xA5, sizes[k]);
+        assert_int_equal(p[sizes[k] - 1], 0xA5);
+        sp_free_big(p, sizes[k]);
+    }
+    sp_free_big(NULL, 0);
+}
+
 static void test_split(void **state) {
     (void)state;
     for (int nth = 1; nth < 7; nth++) {
@@ -123,7 +141,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_roundtrip_exact), cmocka_unit_test(test_f16_rounding),
         cmocka_unit_test(test_bf16), cmocka_unit_test(test_rng_keyed),
-        cmocka_unit_test(test_pool), cmocka_unit_test(test_split),
+        cmocka_unit_test(test_pool), cmocka_unit_test(test_alloc_big), cmocka_unit_test(test_split),
         cmocka_unit_test(test_dtype), cmocka_unit_test(test_err),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

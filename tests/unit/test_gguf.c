@@ -690,6 +690,49 @@ static void test_open_file(void **state) {
     free(buf);
 }
 
+/* sp_gguf_release drops the pages of a mapped tensor from the resident set
+ * but never changes what the tensor reads; over a caller buffer (where
+ * MADV_DONTNEED would zero anonymous memory) and outside the data it does
+ * nothing. */
+static void test_release(void **state) {
+    (void)state;
+    gfile f;
+    gf_init(&f, 3);
+    kv_str(&f, "general.name", "release");
+    gf_tensor(&f, "small", SP_F32, 1, 3, 1);
+    gf_tensor(&f, "big", SP_F32, 1, 65536, 1);      /* 256 KiB: whole pages inside */
+    size_t len;
+    uint8_t *buf = gf_build(&f, &len);
+    char path[] = "/tmp/specula_test_release_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, len), (ssize_t)len);
+    close(fd);
+    sp_err err = {{0}};
+    sp_gguf *g = sp_gguf_open(path, &err);
+    assert_non_null(g);
+    for (uint64_t i = 0; i < 2; i++) {
+        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+        sp_gguf_release(g, t->data, t->n_bytes);
+        assert_memory_equal(t->data, buf + f.data_start + t->offset, t->n_bytes);  /* read back from the file */
+    }
+    const sp_gguf_tensor *big = sp_gguf_find_tensor(g, "big");
+    sp_gguf_release(g, big->data, 0);                              /* nothing */
+    sp_gguf_release(g, buf, len);                                  /* not inside the mapping: ignored */
+    sp_gguf_release(g, (const uint8_t *)big->data + 8, SIZE_MAX);  /* wraps / past the end: ignored */
+    assert_memory_equal(big->data, buf + f.data_start + big->offset, big->n_bytes);
+    sp_gguf_close(g);
+    unlink(path);
+
+    opened o = open_copy(buf, len);
+    assert_non_null(o.g);
+    const sp_gguf_tensor *t = sp_gguf_find_tensor(o.g, "big");
+    sp_gguf_release(o.g, t->data, t->n_bytes);
+    assert_memory_equal(o.copy, buf, len);
+    close_copy(&o);
+    free(buf);
+}
+
 /* ========================================================================
  * Corrupt files
  * ====================================================================== */
@@ -1054,6 +1097,7 @@ int main(void) {
         cmocka_unit_test(test_typed_getters),
         cmocka_unit_test(test_str_helpers),
         cmocka_unit_test(test_open_file),
+        cmocka_unit_test(test_release),
         cmocka_unit_test(test_every_truncation),
         cmocka_unit_test(test_random_corruption),
         cmocka_unit_test(test_bad_header),
