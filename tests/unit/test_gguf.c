@@ -652,19 +652,26 @@ static void test_str_helpers(void **state) {
 }
 
 /* sp_gguf_open maps a real file; its errors name the path. */
+/* Writes buf[0..len) to a new file named from the mkstemp template path
+ * (filled in) and opens it (mapped). */
+static sp_gguf *open_temp_file(const uint8_t *buf, size_t len, char *path, sp_err *err) {
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, len), (ssize_t)len);
+    close(fd);
+    sp_gguf *g = sp_gguf_open(path, err);
+    assert_non_null(g);
+    return g;
+}
+
 static void test_open_file(void **state) {
     (void)state;
     gfile f;
     size_t len;
     uint8_t *buf = small_valid(3, &len, &f);
     char path[] = "/tmp/specula_test_gguf_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, buf, len), (ssize_t)len);
-    close(fd);
     sp_err err = {{0}};
-    sp_gguf *g = sp_gguf_open(path, &err);
-    assert_non_null(g);
+    sp_gguf *g = open_temp_file(buf, len, path, &err);
     assert_int_equal(sp_gguf_file_size(g), len);
     const sp_gguf_tensor *t = sp_gguf_find_tensor(g, "b");
     assert_non_null(t);
@@ -704,13 +711,8 @@ static void test_release(void **state) {
     size_t len;
     uint8_t *buf = gf_build(&f, &len);
     char path[] = "/tmp/specula_test_release_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, buf, len), (ssize_t)len);
-    close(fd);
     sp_err err = {{0}};
-    sp_gguf *g = sp_gguf_open(path, &err);
-    assert_non_null(g);
+    sp_gguf *g = open_temp_file(buf, len, path, &err);
     for (uint64_t i = 0; i < 2; i++) {
         const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
         sp_gguf_release(g, t->data, t->n_bytes);
