@@ -145,6 +145,12 @@ size_t sp_matrix_packed_bytes(const sp_matrix *w);
  * caller allocates (sp_matrix_packed_bytes, 32-byte aligned) and then
  * stores in w->packed. */
 void sp_matrix_pack(const sp_matrix *w, void *dst);
+/* The same for rows [row0, row0 + n_rows) only, row0 and n_rows multiples
+ * of 8 (n_rows may end at n_out): they read bytes [row0, row0 + n_rows) x
+ * row_bytes of w->data and write the same byte range of dst, so a loader
+ * can pack a large matrix in slices and release each source slice at once
+ * (peak memory: the packed copy plus one slice, not two copies). */
+void sp_matrix_pack_rows(const sp_matrix *w, void *dst, int64_t row0, int64_t n_rows);
 /* Copies the original blocks of row `row` of a packed matrix to dst
  * (sp_dtype_row_bytes bytes). */
 void sp_matrix_unpack_row(const sp_matrix *w, int64_t row, void *dst);

@@ -33,9 +33,9 @@ static void sp_unpack_q8_0(const sp_blk_q8_0x8 *x, sp_blk_q8_0 *b, int r) {
     for (int j = 0; j < 8; j++) memcpy(b->qs + 4 * j, x->qs + 32 * j + 4 * r, 4);
 }
 
-void sp_matrix_pack(const sp_matrix *w, void *dst) {
+void sp_matrix_pack_rows(const sp_matrix *w, void *dst, int64_t row0, int64_t n_rows) {
     const int64_t nb = w->n_in / SP_QK;
-    for (int64_t o = 0; o < w->n_out; o++) {
+    for (int64_t o = row0; o < row0 + n_rows; o++) {
         const int64_t g = o / SP_PACK_ROWS;
         const int r = (int)(o % SP_PACK_ROWS);
         for (int64_t b = 0; b < nb; b++) {
@@ -46,6 +46,8 @@ void sp_matrix_pack(const sp_matrix *w, void *dst) {
         }
     }
 }
+
+void sp_matrix_pack(const sp_matrix *w, void *dst) { sp_matrix_pack_rows(w, dst, 0, w->n_out); }
 
 void sp_matrix_unpack_row(const sp_matrix *w, int64_t row, void *dst) {
     const int64_t nb = w->n_in / SP_QK, g = row / SP_PACK_ROWS;

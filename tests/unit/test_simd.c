@@ -441,6 +441,32 @@ static void test_pack_roundtrip(void **state) {
     }
 }
 
+/* Packing rows [r0, r0 + n) writes exactly the byte range of those rows:
+ * the loader packs large matrices in slices (releasing each source slice),
+ * so slices in any order must give the bytes of one whole pack, and a
+ * slice must not touch bytes outside its range. */
+static void test_pack_rows_slices(void **state) {
+    (void)state;
+    for (size_t k = 0; k < K_NP; k++) {
+        mm_case c;
+        mm_case_init(&c, k_packed[k], 3 * 32, 40, 1, 0, 0, 950 + k);
+        mm_case_pack(&c);
+        const sp_matrix w = { c.w, c.t, c.n_in, c.n_out, NULL };
+        const size_t rb = (size_t)sp_dtype_row_bytes(c.t, (uint64_t)c.n_in), all = rb * (size_t)c.n_out;
+        uint8_t *dst = malloc(all);
+        memset(dst, 0xA5, all);
+        sp_matrix_pack_rows(&w, dst, 16, 16);                   /* a middle slice first */
+        for (size_t i = 0; i < all; i++)
+            if (i < 16 * rb || i >= 32 * rb) assert_int_equal(dst[i], 0xA5);
+        assert_memory_equal(dst + 16 * rb, (uint8_t *)c.packed + 16 * rb, 16 * rb);
+        sp_matrix_pack_rows(&w, dst, 32, 8);                    /* the last, then the first */
+        sp_matrix_pack_rows(&w, dst, 0, 16);
+        assert_memory_equal(dst, c.packed, all);
+        free(dst);
+        mm_case_free(&c);
+    }
+}
+
 /* Packed matmul: the portable path gives exactly the unpacked portable
  * result; the SIMD kernel agrees with it within float tolerance, for 1..65
  * blocks (more than one panel segment of 32), 1..17 rows, all scale kinds,
@@ -698,6 +724,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_batch_invariance_simd, teardown),
         cmocka_unit_test_teardown(test_pack_shapes, teardown),
         cmocka_unit_test_teardown(test_pack_roundtrip, teardown),
+        cmocka_unit_test_teardown(test_pack_rows_slices, teardown),
         cmocka_unit_test_teardown(test_packed_matmul, teardown),
         cmocka_unit_test_teardown(test_ops_simd_vs_scalar, teardown),
         cmocka_unit_test_teardown(test_geglu_all_f16, teardown),
