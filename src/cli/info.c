@@ -71,7 +71,7 @@ int sp_cmd_info(int argc, char **argv) {
     printf("weights/token: %.1f MiB read per decoded token\n",
            (double)sp_model_bytes_per_token(m) / (1024.0 * 1024.0));
     printf("kernels:       %s", sp_kernels_describe());
-    if (m->packed) printf(" (Q4_1/Q8_0 matrices packed: %.1f MiB)", (double)m->packed_bytes / (1024.0 * 1024.0));
+    if (m->packed) printf(" (Q4_1/Q5_0/Q8_0 matrices packed: %.1f MiB)", (double)m->packed_bytes / (1024.0 * 1024.0));
     printf("\n");
     printf("tokenizer:     %s, %d tokens, bos %d, eos %d, add_bos %s\n", sp_tokenizer_kind_name(tok),
            sp_tokenizer_n_vocab(tok), sp_tokenizer_bos(tok), sp_tokenizer_eos(tok),

@@ -74,6 +74,8 @@ _Static_assert(sizeof(sp_blk_q8_K) == 292, "q8_K layout");
  * 4 bytes of row r, so a vector op works on the 8 rows at once.
  *   Q4_1x8: qs[32k + 4r + i] = row r's qs[4k + i] (k < 4): the low nibbles
  *           of vector k are elements 4k..4k+3, the high ones 16+4k..16+4k+3.
+ *   Q5_0x8: qs as Q4_1x8; qh[4r + i] = row r's qh[i] (lane r of the
+ *           vector holds the row's 32 high bits).
  *   Q8_0x8: qs[32j + 4r + i] = row r's qs[4j + i] (j < 8): elements 4j..4j+3.
  * Scales stay fp16, one per row, in row order.  A group of 8 rows is nb
  * consecutive packed blocks (nb = blocks per row). */
@@ -82,8 +84,10 @@ _Static_assert(sizeof(sp_blk_q8_K) == 292, "q8_K layout");
  * stack). */
 #define SP_PACK_MAX_IN 32768
 typedef struct { uint8_t d[16]; uint8_t m[16]; uint8_t qs[128]; } sp_blk_q4_1x8;
+typedef struct { uint8_t d[16]; uint8_t qh[32]; uint8_t qs[128]; } sp_blk_q5_0x8;
 typedef struct { uint8_t d[16]; int8_t qs[256]; } sp_blk_q8_0x8;
 _Static_assert(sizeof(sp_blk_q4_1x8) == 8 * sizeof(sp_blk_q4_1), "q4_1x8 layout");
+_Static_assert(sizeof(sp_blk_q5_0x8) == 8 * sizeof(sp_blk_q5_0), "q5_0x8 layout");
 _Static_assert(sizeof(sp_blk_q8_0x8) == 8 * sizeof(sp_blk_q8_0), "q8_0x8 layout");
 
 /* Decodes the 8 six-bit scales and mins of a Q4_K/Q5_K block. */

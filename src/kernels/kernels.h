@@ -129,7 +129,7 @@ void sp_matrix_get_row(const sp_matrix *w, int64_t row, float *out);
  * bytes of values and scales, same total size) with 8 rows interleaved, so
  * that one vector lane holds one output row: the integer dot products of a
  * block land in 8 lanes at once and need no horizontal sums, and one float
- * fma scales 8 outputs.  Types: Q4_1, Q8_0 (others stay unpacked); n_out a
+ * fma scales 8 outputs.  Types: Q4_1, Q5_0, Q8_0 (others stay unpacked); n_out a
  * multiple of 8.  Results keep every guarantee of this header (a packed
  * matrix gives bit-identical outputs for any number of rows; the portable
  * path gives exactly the unpacked portable result).

@@ -1,11 +1,12 @@
-/* Packed weights: the layout of internal.h (sp_blk_q4_1x8, sp_blk_q8_0x8),
+/* Packed weights: the layout of internal.h (sp_blk_q4_1x8, sp_blk_q5_0x8,
+ * sp_blk_q8_0x8),
  * built from and turned back into ordinary rows.  Packing only moves
  * bytes: every value and scale of the original blocks is kept, so
  * unpacking a row gives its original blocks exactly. */
 #include "kernels/internal.h"
 
 bool sp_matrix_packable(uint32_t type, int64_t n_in, int64_t n_out) {
-    return (type == SP_Q4_1 || type == SP_Q8_0) && n_in > 0 && n_in % SP_QK == 0 &&
+    return (type == SP_Q4_1 || type == SP_Q5_0 || type == SP_Q8_0) && n_in > 0 && n_in % SP_QK == 0 &&
            n_in <= SP_PACK_MAX_IN && n_out > 0 && n_out % SP_PACK_ROWS == 0;
 }
 
@@ -22,6 +23,16 @@ static void sp_pack_q4_1(const sp_blk_q4_1 *b, sp_blk_q4_1x8 *x, int r) {
 static void sp_unpack_q4_1(const sp_blk_q4_1x8 *x, sp_blk_q4_1 *b, int r) {
     memcpy(b->d, x->d + 2 * r, 2);
     memcpy(b->m, x->m + 2 * r, 2);
+    for (int k = 0; k < 4; k++) memcpy(b->qs + 4 * k, x->qs + 32 * k + 4 * r, 4);
+}
+static void sp_pack_q5_0(const sp_blk_q5_0 *b, sp_blk_q5_0x8 *x, int r) {
+    memcpy(x->d + 2 * r, b->d, 2);
+    memcpy(x->qh + 4 * r, b->qh, 4);
+    for (int k = 0; k < 4; k++) memcpy(x->qs + 32 * k + 4 * r, b->qs + 4 * k, 4);
+}
+static void sp_unpack_q5_0(const sp_blk_q5_0x8 *x, sp_blk_q5_0 *b, int r) {
+    memcpy(b->d, x->d + 2 * r, 2);
+    memcpy(b->qh, x->qh + 4 * r, 4);
     for (int k = 0; k < 4; k++) memcpy(b->qs + 4 * k, x->qs + 32 * k + 4 * r, 4);
 }
 static void sp_pack_q8_0(const sp_blk_q8_0 *b, sp_blk_q8_0x8 *x, int r) {
@@ -41,6 +52,8 @@ void sp_matrix_pack_rows(const sp_matrix *w, void *dst, int64_t row0, int64_t n_
         for (int64_t b = 0; b < nb; b++) {
             if (w->type == SP_Q4_1)
                 sp_pack_q4_1((const sp_blk_q4_1 *)w->data + o * nb + b, (sp_blk_q4_1x8 *)dst + g * nb + b, r);
+            else if (w->type == SP_Q5_0)
+                sp_pack_q5_0((const sp_blk_q5_0 *)w->data + o * nb + b, (sp_blk_q5_0x8 *)dst + g * nb + b, r);
             else
                 sp_pack_q8_0((const sp_blk_q8_0 *)w->data + o * nb + b, (sp_blk_q8_0x8 *)dst + g * nb + b, r);
         }
@@ -55,6 +68,8 @@ void sp_matrix_unpack_row(const sp_matrix *w, int64_t row, void *dst) {
     for (int64_t b = 0; b < nb; b++) {
         if (w->type == SP_Q4_1)
             sp_unpack_q4_1((const sp_blk_q4_1x8 *)w->packed + g * nb + b, (sp_blk_q4_1 *)dst + b, r);
+        else if (w->type == SP_Q5_0)
+            sp_unpack_q5_0((const sp_blk_q5_0x8 *)w->packed + g * nb + b, (sp_blk_q5_0 *)dst + b, r);
         else
             sp_unpack_q8_0((const sp_blk_q8_0x8 *)w->packed + g * nb + b, (sp_blk_q8_0 *)dst + b, r);
     }

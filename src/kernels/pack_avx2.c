@@ -10,6 +10,9 @@
  *         int16 (at most 16 * 15 * 127 = 30480: exact), one madd to int32;
  *         acc = fma(cvt(isum), dw * dx, acc); accm = fma(mw, sx, accm);
  *         result = acc + accm.
+ *   Q5_0: values w = q - 16 (-16..15): 8 maddubs(|w|, sign(x, w)) summed in
+ *         int16 (at most 8 * 2 * 16 * 127 = 32512: exact), as Q4_1 without
+ *         the min term.
  *   Q8_0: per 4 elements maddubs(|w|, sign(x, w)) (at most 2 * 128 * 127:
  *         exact) and madd to int32; acc = fma(cvt(isum), dw * dx, acc).
  * Every output lane runs this fixed sequence over the blocks in order,

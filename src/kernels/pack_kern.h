@@ -16,7 +16,9 @@
 #define SP_PSEG 32
 
 typedef struct sp_ppanel {
-    __m256i q[SP_PSEG][8];   /* Q4_1: [2k] low, [2k+1] high nibbles of vector k; Q8_0: |w| of vector j */
+    __m256i q[SP_PSEG][8];   /* Q4_1: [2k] low, [2k+1] high nibbles of vector k; Q5_0: |w| in that
+                                order; Q8_0: |w| of vector j */
+    __m256i s[SP_PSEG][8];   /* Q5_0: the signed values w (for the signs) */
     __m256 d[SP_PSEG];       /* the 8 rows' scales */
     __m256 m[SP_PSEG];       /* Q4_1: the 8 rows' mins */
 } sp_ppanel;
@@ -41,6 +43,32 @@ static void sp_p_unpack_q4_1(const sp_blk_q4_1x8 *x, sp_ppanel *p, int k) {
     }
     p->d[k] = sp_p_f16x8(x->d);
     p->m[k] = sp_p_f16x8(x->m);
+}
+
+/* Q5_0: w = (nibble | high bit << 4) - 16, in -16..15.  Lane r of the qh
+ * vector is row r's 32 high bits; for the 4 elements e0..e0+3 of a vector
+ * each byte of a lane picks the byte of its lane that holds bit e0 + i
+ * (a shuffle), masks that bit and widens it to 16 (compare, and). */
+static void sp_p_unpack_q5_0(const sp_blk_q5_0x8 *x, sp_ppanel *p, int k) {
+    const __m256i lo = _mm256_set1_epi8(15), h16 = _mm256_set1_epi8(16);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
+    const __m256i idx0 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                          0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __m256i bits = _mm256_set1_epi32(0x08040201);
+    for (int v = 0; v < 4; v++) {
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * v));
+        for (int half = 0; half < 2; half++) {
+            const int e0 = 16 * half + 4 * v;
+            const __m256i nib = half ? _mm256_and_si256(_mm256_srli_epi16(b, 4), lo) : _mm256_and_si256(b, lo);
+            const __m256i sel = _mm256_shuffle_epi8(qh, _mm256_add_epi8(idx0, _mm256_set1_epi8((char)(e0 / 8))));
+            const __m256i m = e0 % 8 ? _mm256_slli_epi32(bits, 4) : bits;
+            const __m256i hb = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sel, m), m), h16);
+            const __m256i w = _mm256_sub_epi8(_mm256_or_si256(nib, hb), h16);
+            p->s[k][2 * v + half] = w;
+            p->q[k][2 * v + half] = _mm256_abs_epi8(w);
+        }
+    }
+    p->d[k] = sp_p_f16x8(x->d);
 }
 
 static void sp_p_unpack_q8_0(const sp_blk_q8_0x8 *x, sp_ppanel *p, int k) {
@@ -82,6 +110,41 @@ SP_AI void sp_p_q4_1_rows(const sp_ppanel *p, int nk, int64_t kb, const sp_act_v
         }
     }
     SP_UNROLL for (int r = 0; r < R; r++) { acc[r] = a[r]; accm[r] = am[r]; }
+}
+
+/* As sp_p_q4_1_rows for Q5_0: maddubs(|w|, sign(y, w)); 8 of them summed
+ * in int16 stay exact (at most 8 * 2 * 16 * 127 = 32512). */
+SP_AI void sp_p_q5_0_rows(const sp_ppanel *p, int nk, int64_t kb, const sp_act_view *v, __m256 *acc,
+                          const int R) {
+#if !SP_PK_VNNI
+    const __m256i ones = _mm256_set1_epi16(1);
+#endif
+    __m256 a[2];
+    SP_UNROLL for (int r = 0; r < R; r++) a[r] = acc[r];
+    for (int k = 0; k < nk; k++) {
+        const int64_t b = kb + k;
+        SP_UNROLL for (int r = 0; r < R; r++) {
+            const int8_t *y = v[r].q + SP_QK * b;
+#if SP_PK_VNNI
+            __m256i s4[4];
+            SP_UNROLL for (int u = 0; u < 4; u++)
+                s4[u] = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), p->q[k][u],
+                                                _mm256_sign_epi8(sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)), p->s[k][u]));
+            SP_UNROLL for (int u = 4; u < 8; u++)
+                s4[u - 4] = _mm256_dpbusd_avx_epi32(s4[u - 4], p->q[k][u],
+                                                    _mm256_sign_epi8(sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)), p->s[k][u]));
+            const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s4[0], s4[1]), _mm256_add_epi32(s4[2], s4[3])));
+#else
+            __m256i s = _mm256_maddubs_epi16(p->q[k][0], _mm256_sign_epi8(sp_p_bcast4(y), p->s[k][0]));
+            SP_UNROLL for (int u = 1; u < 8; u++)
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(p->q[k][u],
+                                     _mm256_sign_epi8(sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)), p->s[k][u])));
+            const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones));
+#endif
+            a[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(p->d[k], _mm256_broadcast_ss(v[r].d + b)), a[r]);
+        }
+    }
+    SP_UNROLL for (int r = 0; r < R; r++) acc[r] = a[r];
 }
 
 /* As sp_p_q4_1_rows for Q8_0 (x: the packed blocks, for the signs). */
@@ -130,6 +193,12 @@ static void sp_p_group(uint32_t t, int64_t nb, const void *x, const sp_act_view 
             int r = 0;
             for (; r + 2 <= nr; r += 2) sp_p_q4_1_rows(&p, nk, kb, v + r, acc + r, accm + r, 2);
             if (r < nr) sp_p_q4_1_rows(&p, nk, kb, v + r, acc + r, accm + r, 1);
+        } else if (t == SP_Q5_0) {
+            const sp_blk_q5_0x8 *xb = (const sp_blk_q5_0x8 *)x + kb;
+            for (int k = 0; k < nk; k++) sp_p_unpack_q5_0(xb + k, &p, k);
+            int r = 0;
+            for (; r + 2 <= nr; r += 2) sp_p_q5_0_rows(&p, nk, kb, v + r, acc + r, 2);
+            if (r < nr) sp_p_q5_0_rows(&p, nk, kb, v + r, acc + r, 1);
         } else {
             const sp_blk_q8_0x8 *xb = (const sp_blk_q8_0x8 *)x + kb;
             for (int k = 0; k < nk; k++) sp_p_unpack_q8_0(xb + k, &p, k);

@@ -64,7 +64,7 @@ SPECULA_SIMD=scalar "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
 check "info names the kernels (scalar: nothing packed)" bash -c "grep -q '^kernels:       scalar\$' $tmp/i"
 if grep -qw avx2 /proc/cpuinfo; then
     "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
-    check "info: SIMD kernels pack the Q4_1/Q8_0 matrices" grep -q '^kernels:       avx2+fma+f16c.* (Q4_1/Q8_0 matrices packed: ' "$tmp/i"
+    check "info: SIMD kernels pack the Q4_1/Q5_0/Q8_0 matrices" grep -q '^kernels:       avx2+fma+f16c.* (Q4_1/Q5_0/Q8_0 matrices packed: ' "$tmp/i"
     rss() { sed -n 's/.*peak RSS \([0-9]*\) MiB.*/\1/p' "$1"; }
     for m in smollm2-135m gemma3-270m; do
         "$BIN" run -m $m -p "The capital of France is" -n 8 --temp 0 > /dev/null 2>"$tmp/p1"

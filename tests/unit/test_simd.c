@@ -354,7 +354,7 @@ static void test_matmul_long_rows(void **state) {
 }
 
 /* The packable types. */
-static const uint32_t k_packed[] = {SP_Q4_1, SP_Q8_0};
+static const uint32_t k_packed[] = {SP_Q4_1, SP_Q5_0, SP_Q8_0};
 #define K_NP (sizeof k_packed / sizeof *k_packed)
 
 /* Row r of a pass of n rows equals the same row multiplied alone, bit for
@@ -406,6 +406,7 @@ static void test_pack_shapes(void **state) {
     (void)state;
     assert_true(sp_matrix_packable(SP_Q4_1, 576, 1536));
     assert_true(sp_matrix_packable(SP_Q8_0, 32, 8));
+    assert_true(sp_matrix_packable(SP_Q5_0, 640, 256));
     assert_false(sp_matrix_packable(SP_Q4_1, 576, 12));         /* rows not a multiple of 8 */
     assert_false(sp_matrix_packable(SP_Q8_0, 576, 0));
     assert_false(sp_matrix_packable(SP_Q4_0, 576, 64));         /* type without packed kernels */
