@@ -110,7 +110,8 @@ static inline void sp_q_kscales(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8
  * stores them split by field so the kernels load aligned vectors and never
  * convert an fp16 scale in the inner loop.  One prepared row, at a 64-byte
  * aligned address, holds:
- *   Q8_0:  int8 q[n] | float d[nb]                       (nb = n / 32)
+ *   Q8_0:  int8 q[n] | float d[nb] | int32 qsum[nb]       (nb = n / 32; qsum
+ *          = sum q, for kernels that offset the weights to unsigned)
  *   Q8_1:  int8 q[n] | float d[nb] | float s[nb]          (s = fp16(d*sum q))
  *   Q8_K:  int8 q[n] | float d[nb] | int16 bsums[16 nb]  (nb = n / 256)
  *   F16:   float x[n] rounded through fp16 (the values sp_quantize_act_row(F16)
@@ -122,6 +123,7 @@ typedef struct sp_act_view {
     const int8_t *q;        /* quantized values, or NULL for float rows */
     const float *d;         /* per-block scales */
     const float *s;         /* Q8_1: per-block d*sum(q) */
+    const int32_t *qsum;    /* Q8_0: per-block sum(q), exact */
     const int16_t *bsums;   /* Q8_K: 16 per block */
     const float *f;         /* F16/F32 rows: the float values */
 } sp_act_view;
@@ -130,8 +132,7 @@ typedef struct sp_act_view {
 static inline size_t sp_act_split_bytes(uint32_t wtype, int64_t n) {
     size_t b;
     switch (sp_act_type(wtype)) {
-    case SP_Q8_0: b = (size_t)n + (size_t)(n / 32) * 4; break;
-    case SP_Q8_1: b = (size_t)n + (size_t)(n / 32) * 8; break;
+    case SP_Q8_0: case SP_Q8_1: b = (size_t)n + (size_t)(n / 32) * 8; break;
     case SP_Q8_K: b = (size_t)n + (size_t)(n / 256) * 36; break;
     default: b = (size_t)n * sizeof(float); break;
     }
@@ -147,7 +148,8 @@ static inline sp_act_view sp_act_split_view(uint32_t wtype, int64_t n, const voi
     case SP_Q8_0: case SP_Q8_1:
         v.q = (const int8_t *)b;
         v.d = (const float *)(const void *)(b + n);
-        v.s = v.d + n / 32;
+        if (sp_act_type(wtype) == SP_Q8_1) v.s = v.d + n / 32;
+        else v.qsum = (const int32_t *)(const void *)(v.d + n / 32);
         break;
     case SP_Q8_K:
         v.q = (const int8_t *)b;

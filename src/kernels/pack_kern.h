@@ -16,9 +16,13 @@
 #define SP_PSEG 32
 
 typedef struct sp_ppanel {
-    __m256i q[SP_PSEG][8];   /* Q4_1: [2k] low, [2k+1] high nibbles of vector k; Q5_0: |w| in that
-                                order; Q8_0: |w| of vector j */
+    /* Q4_1: [2k] low, [2k+1] high nibbles of vector k; Q5_0: in that
+     * order, |w| (AVX2) or w + 16 (VNNI); Q8_0: vector j, |w| (AVX2) or
+     * w + 128 (VNNI) */
+    __m256i q[SP_PSEG][8];
+#if !SP_PK_VNNI
     __m256i s[SP_PSEG][8];   /* Q5_0: the signed values w (for the signs) */
+#endif
     __m256 d[SP_PSEG];       /* the 8 rows' scales */
     __m256 m[SP_PSEG];       /* Q4_1: the 8 rows' mins */
 } sp_ppanel;
@@ -63,16 +67,27 @@ static void sp_p_unpack_q5_0(const sp_blk_q5_0x8 *x, sp_ppanel *p, int k) {
             const __m256i sel = _mm256_shuffle_epi8(qh, _mm256_add_epi8(idx0, _mm256_set1_epi8((char)(e0 / 8))));
             const __m256i m = e0 % 8 ? _mm256_slli_epi32(bits, 4) : bits;
             const __m256i hb = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sel, m), m), h16);
+#if SP_PK_VNNI
+            p->q[k][2 * v + half] = _mm256_or_si256(nib, hb);
+#else
             const __m256i w = _mm256_sub_epi8(_mm256_or_si256(nib, hb), h16);
             p->s[k][2 * v + half] = w;
             p->q[k][2 * v + half] = _mm256_abs_epi8(w);
+#endif
         }
     }
     p->d[k] = sp_p_f16x8(x->d);
 }
 
 static void sp_p_unpack_q8_0(const sp_blk_q8_0x8 *x, sp_ppanel *p, int k) {
-    for (int j = 0; j < 8; j++) p->q[k][j] = _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * j)));
+    for (int j = 0; j < 8; j++) {
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+#if SP_PK_VNNI
+        p->q[k][j] = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));   /* w + 128 as u8 */
+#else
+        p->q[k][j] = _mm256_abs_epi8(w);
+#endif
+    }
     p->d[k] = sp_p_f16x8(x->d);
 }
 
@@ -126,13 +141,13 @@ SP_AI void sp_p_q5_0_rows(const sp_ppanel *p, int nk, int64_t kb, const sp_act_v
         SP_UNROLL for (int r = 0; r < R; r++) {
             const int8_t *y = v[r].q + SP_QK * b;
 #if SP_PK_VNNI
+            /* sum (w + 16) y - 16 sum y: no sign step (exact in int32) */
             __m256i s4[4];
             SP_UNROLL for (int u = 0; u < 4; u++)
-                s4[u] = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), p->q[k][u],
-                                                _mm256_sign_epi8(sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)), p->s[k][u]));
+                s4[u] = _mm256_dpbusd_avx_epi32(_mm256_set1_epi32(u ? 0 : -16 * v[r].qsum[b]), p->q[k][u],
+                                                sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)));
             SP_UNROLL for (int u = 4; u < 8; u++)
-                s4[u - 4] = _mm256_dpbusd_avx_epi32(s4[u - 4], p->q[k][u],
-                                                    _mm256_sign_epi8(sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)), p->s[k][u]));
+                s4[u - 4] = _mm256_dpbusd_avx_epi32(s4[u - 4], p->q[k][u], sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)));
             const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s4[0], s4[1]), _mm256_add_epi32(s4[2], s4[3])));
 #else
             __m256i s = _mm256_maddubs_epi16(p->q[k][0], _mm256_sign_epi8(sp_p_bcast4(y), p->s[k][0]));
@@ -160,17 +175,22 @@ SP_AI void sp_p_q8_0_rows(const sp_ppanel *p, const sp_blk_q8_0x8 *x, int nk, in
         SP_UNROLL for (int r = 0; r < R; r++) {
             const int8_t *y = v[r].q + SP_QK * b;
             /* four independent chains (see the Q4_1 kernel) */
+#if SP_PK_VNNI
+            /* sum (w + 128) y - 128 sum y: no sign step (exact in int32) */
+            __m256i s4[4] = { _mm256_set1_epi32(-128 * v[r].qsum[b]), _mm256_setzero_si256(),
+                              _mm256_setzero_si256(), _mm256_setzero_si256() };
+            (void)x;
+            SP_UNROLL for (int j = 0; j < 8; j++)
+                s4[j % 4] = _mm256_dpbusd_avx_epi32(s4[j % 4], p->q[k][j], sp_p_bcast4(y + 4 * j));
+#else
             __m256i s4[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                               _mm256_setzero_si256() };
             SP_UNROLL for (int j = 0; j < 8; j++) {
                 const __m256i w = _mm256_loadu_si256((const __m256i *)(x[k].qs + 32 * j));
                 const __m256i ys = _mm256_sign_epi8(sp_p_bcast4(y + 4 * j), w);
-#if SP_PK_VNNI
-                s4[j % 4] = _mm256_dpbusd_avx_epi32(s4[j % 4], p->q[k][j], ys);
-#else
                 s4[j % 4] = _mm256_add_epi32(s4[j % 4], _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[k][j], ys), ones));
-#endif
             }
+#endif
             const __m256i s = _mm256_add_epi32(_mm256_add_epi32(s4[0], s4[1]), _mm256_add_epi32(s4[2], s4[3]));
             a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(p->d[k], _mm256_broadcast_ss(v[r].d + b)), a[r]);
         }

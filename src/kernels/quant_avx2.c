@@ -135,11 +135,12 @@ static inline float sp_v_ld_f16(const uint8_t p[2]) {
 
 /* Q8_0 / Q8_1 of one row (sp_quantize_act_row's rule): d = absmax / 127,
  * q = round_q8(x * (127 / absmax)); the layout keeps the fp16-rounded d;
- * Q8_1 also s = fp16(d * sum q). */
+ * Q8_0 also the exact sum q, Q8_1 s = fp16(d * sum q). */
 static void sp_avx2_prep_q8(const float *x, int64_t n, void *dst, bool with_sum) {
     const int64_t nb = n / SP_QK;
     int8_t *q = dst;
     float *dd = (float *)(q + n), *ss = dd + nb;
+    int32_t *qs = (int32_t *)(void *)(dd + nb);
     for (int64_t b = 0; b < nb; b++, x += SP_QK) {
         const float amax = sp_v_absmax(x, SP_QK), d = amax / 127;
         const __m256 vid = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
@@ -147,10 +148,9 @@ static void sp_avx2_prep_q8(const float *x, int64_t n, void *dst, bool with_sum)
         for (int k = 0; k < 4; k++) v[k] = sp_v_round_q8(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid));
         _mm256_storeu_si256((__m256i *)(q + SP_QK * b), sp_v_pack_i8(v[0], v[1], v[2], v[3]));
         dd[b] = sp_v_f16_round(d);
-        if (with_sum) {
-            const __m256i s = _mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3]));
-            ss[b] = sp_v_f16_round((float)sp_v_hsum_i32(s) * d);
-        }
+        const int32_t s = sp_v_hsum_i32(_mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3])));
+        if (with_sum) ss[b] = sp_v_f16_round((float)s * d);
+        else qs[b] = s;
     }
 }
 

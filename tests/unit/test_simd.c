@@ -141,6 +141,10 @@ static void check_prepared(uint32_t wt, const float *x, int64_t n, const char *w
             if (at == SP_Q8_1) {
                 memcpy(&h, p + 2, 2);
                 if (memcmp(&(float){sp_f16_to_f32(h)}, &v.s[b], 4) != 0) fail_msg("%s Q8_1 block %lld: s differ", what, (long long)b);
+            } else {
+                int32_t s = 0;
+                for (int i = 0; i < 32; i++) s += (int8_t)p[qo + i];
+                if (v.qsum[b] != s) fail_msg("%s Q8_0 block %lld: qsum %d vs %d", what, (long long)b, v.qsum[b], s);
             }
         }
     } else if (at == SP_Q8_K) {
