@@ -14,34 +14,42 @@ size_t sp_matrix_packed_bytes(const sp_matrix *w) {
     return (size_t)sp_dtype_row_bytes(w->type, (uint64_t)w->n_in) * (size_t)w->n_out;
 }
 
+/* n runs of 4 bytes: run k of a row's field <-> lane r of packed vector k. */
+static void sp_runs_in(uint8_t *x, const void *b, int n, int r) {
+    for (int k = 0; k < n; k++) memcpy(x + 32 * k + 4 * r, (const uint8_t *)b + 4 * k, 4);
+}
+static void sp_runs_out(const uint8_t *x, void *b, int n, int r) {
+    for (int k = 0; k < n; k++) memcpy((uint8_t *)b + 4 * k, x + 32 * k + 4 * r, 4);
+}
+
 /* Row r (< 8) of packed block x <-> original block b. */
 static void sp_pack_q4_1(const sp_blk_q4_1 *b, sp_blk_q4_1x8 *x, int r) {
     memcpy(x->d + 2 * r, b->d, 2);
     memcpy(x->m + 2 * r, b->m, 2);
-    for (int k = 0; k < 4; k++) memcpy(x->qs + 32 * k + 4 * r, b->qs + 4 * k, 4);
+    sp_runs_in(x->qs, b->qs, 4, r);
 }
 static void sp_unpack_q4_1(const sp_blk_q4_1x8 *x, sp_blk_q4_1 *b, int r) {
     memcpy(b->d, x->d + 2 * r, 2);
     memcpy(b->m, x->m + 2 * r, 2);
-    for (int k = 0; k < 4; k++) memcpy(b->qs + 4 * k, x->qs + 32 * k + 4 * r, 4);
+    sp_runs_out(x->qs, b->qs, 4, r);
 }
 static void sp_pack_q5_0(const sp_blk_q5_0 *b, sp_blk_q5_0x8 *x, int r) {
     memcpy(x->d + 2 * r, b->d, 2);
-    memcpy(x->qh + 4 * r, b->qh, 4);
-    for (int k = 0; k < 4; k++) memcpy(x->qs + 32 * k + 4 * r, b->qs + 4 * k, 4);
+    sp_runs_in(x->qh, b->qh, 1, r);
+    sp_runs_in(x->qs, b->qs, 4, r);
 }
 static void sp_unpack_q5_0(const sp_blk_q5_0x8 *x, sp_blk_q5_0 *b, int r) {
     memcpy(b->d, x->d + 2 * r, 2);
-    memcpy(b->qh, x->qh + 4 * r, 4);
-    for (int k = 0; k < 4; k++) memcpy(b->qs + 4 * k, x->qs + 32 * k + 4 * r, 4);
+    sp_runs_out(x->qh, b->qh, 1, r);
+    sp_runs_out(x->qs, b->qs, 4, r);
 }
 static void sp_pack_q8_0(const sp_blk_q8_0 *b, sp_blk_q8_0x8 *x, int r) {
     memcpy(x->d + 2 * r, b->d, 2);
-    for (int j = 0; j < 8; j++) memcpy(x->qs + 32 * j + 4 * r, b->qs + 4 * j, 4);
+    sp_runs_in((uint8_t *)x->qs, b->qs, 8, r);
 }
 static void sp_unpack_q8_0(const sp_blk_q8_0x8 *x, sp_blk_q8_0 *b, int r) {
     memcpy(b->d, x->d + 2 * r, 2);
-    for (int j = 0; j < 8; j++) memcpy(b->qs + 4 * j, x->qs + 32 * j + 4 * r, 4);
+    sp_runs_out((const uint8_t *)x->qs, b->qs, 8, r);
 }
 
 void sp_matrix_pack_rows(const sp_matrix *w, void *dst, int64_t row0, int64_t n_rows) {

@@ -91,10 +91,15 @@ static void sp_p_unpack_q8_0(const sp_blk_q8_0x8 *x, sp_ppanel *p, int k) {
     p->d[k] = sp_p_f16x8(x->d);
 }
 
-/* R (1 or 2) activation rows over nk packed Q4_1 blocks of the panel; kb is
- * the index of the panel's first block in the row. */
-SP_AI void sp_p_q4_1_rows(const sp_ppanel *p, int nk, int64_t kb, const sp_act_view *v, __m256 *acc,
-                          __m256 *accm, const int R) {
+/* R (1 or 2) activation rows over nk packed blocks of the panel in the
+ * nibble layout (t, a constant after inlining: Q4_1 or Q5_0); kb is the
+ * index of the panel's first block in the row.
+ *   Q4_1: nibbles (0..15) by y; the min term goes to accm.
+ *   Q5_0: AVX2: |w| by sign(y, w), 8 of them summed in int16 stay exact
+ *         (at most 8 * 2 * 16 * 127 = 32512); VNNI: (w + 16) by y, less
+ *         16 sum y (exact in int32, no sign step). */
+SP_AI void sp_p_nib_rows(const uint32_t t, const sp_ppanel *p, int nk, int64_t kb, const sp_act_view *v,
+                         __m256 *acc, __m256 *accm, const int R) {
 #if !SP_PK_VNNI
     const __m256i ones = _mm256_set1_epi16(1);
 #endif
@@ -110,59 +115,27 @@ SP_AI void sp_p_q4_1_rows(const sp_ppanel *p, int nk, int64_t kb, const sp_act_v
              * exact, so the grouping changes nothing) */
             __m256i s4[4];
             SP_UNROLL for (int u = 0; u < 4; u++)
-                s4[u] = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), p->q[k][u], sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)));
+                s4[u] = _mm256_dpbusd_avx_epi32(_mm256_set1_epi32(t == SP_Q5_0 && u == 0 ? -16 * v[r].qsum[b] : 0),
+                                                p->q[k][u], sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)));
             SP_UNROLL for (int u = 4; u < 8; u++)
                 s4[u - 4] = _mm256_dpbusd_avx_epi32(s4[u - 4], p->q[k][u], sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)));
             const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s4[0], s4[1]), _mm256_add_epi32(s4[2], s4[3])));
 #else
-            __m256i s = _mm256_maddubs_epi16(p->q[k][0], sp_p_bcast4(y));
-            SP_UNROLL for (int u = 1; u < 8; u++)
-                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(p->q[k][u], sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2))));
+            __m256i s = _mm256_setzero_si256();
+            SP_UNROLL for (int u = 0; u < 8; u++) {
+                const __m256i yb = sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(p->q[k][u], t == SP_Q5_0 ? _mm256_sign_epi8(yb, p->s[k][u]) : yb));
+            }
             const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones));
 #endif
             a[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(p->d[k], _mm256_broadcast_ss(v[r].d + b)), a[r]);
-            am[r] = _mm256_fmadd_ps(p->m[k], _mm256_broadcast_ss(v[r].s + b), am[r]);
+            if (t == SP_Q4_1) am[r] = _mm256_fmadd_ps(p->m[k], _mm256_broadcast_ss(v[r].s + b), am[r]);
         }
     }
     SP_UNROLL for (int r = 0; r < R; r++) { acc[r] = a[r]; accm[r] = am[r]; }
 }
 
-/* As sp_p_q4_1_rows for Q5_0: maddubs(|w|, sign(y, w)); 8 of them summed
- * in int16 stay exact (at most 8 * 2 * 16 * 127 = 32512). */
-SP_AI void sp_p_q5_0_rows(const sp_ppanel *p, int nk, int64_t kb, const sp_act_view *v, __m256 *acc,
-                          const int R) {
-#if !SP_PK_VNNI
-    const __m256i ones = _mm256_set1_epi16(1);
-#endif
-    __m256 a[2];
-    SP_UNROLL for (int r = 0; r < R; r++) a[r] = acc[r];
-    for (int k = 0; k < nk; k++) {
-        const int64_t b = kb + k;
-        SP_UNROLL for (int r = 0; r < R; r++) {
-            const int8_t *y = v[r].q + SP_QK * b;
-#if SP_PK_VNNI
-            /* sum (w + 16) y - 16 sum y: no sign step (exact in int32) */
-            __m256i s4[4];
-            SP_UNROLL for (int u = 0; u < 4; u++)
-                s4[u] = _mm256_dpbusd_avx_epi32(_mm256_set1_epi32(u ? 0 : -16 * v[r].qsum[b]), p->q[k][u],
-                                                sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)));
-            SP_UNROLL for (int u = 4; u < 8; u++)
-                s4[u - 4] = _mm256_dpbusd_avx_epi32(s4[u - 4], p->q[k][u], sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)));
-            const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s4[0], s4[1]), _mm256_add_epi32(s4[2], s4[3])));
-#else
-            __m256i s = _mm256_maddubs_epi16(p->q[k][0], _mm256_sign_epi8(sp_p_bcast4(y), p->s[k][0]));
-            SP_UNROLL for (int u = 1; u < 8; u++)
-                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(p->q[k][u],
-                                     _mm256_sign_epi8(sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)), p->s[k][u])));
-            const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones));
-#endif
-            a[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(p->d[k], _mm256_broadcast_ss(v[r].d + b)), a[r]);
-        }
-    }
-    SP_UNROLL for (int r = 0; r < R; r++) acc[r] = a[r];
-}
-
-/* As sp_p_q4_1_rows for Q8_0 (x: the packed blocks, for the signs). */
+/* As sp_p_nib_rows for Q8_0 (x: the packed blocks, for the signs). */
 SP_AI void sp_p_q8_0_rows(const sp_ppanel *p, const sp_blk_q8_0x8 *x, int nk, int64_t kb,
                           const sp_act_view *v, __m256 *acc, const int R) {
 #if !SP_PK_VNNI
@@ -211,14 +184,14 @@ static void sp_p_group(uint32_t t, int64_t nb, const void *x, const sp_act_view 
             const sp_blk_q4_1x8 *xb = (const sp_blk_q4_1x8 *)x + kb;
             for (int k = 0; k < nk; k++) sp_p_unpack_q4_1(xb + k, &p, k);
             int r = 0;
-            for (; r + 2 <= nr; r += 2) sp_p_q4_1_rows(&p, nk, kb, v + r, acc + r, accm + r, 2);
-            if (r < nr) sp_p_q4_1_rows(&p, nk, kb, v + r, acc + r, accm + r, 1);
+            for (; r + 2 <= nr; r += 2) sp_p_nib_rows(SP_Q4_1, &p, nk, kb, v + r, acc + r, accm + r, 2);
+            if (r < nr) sp_p_nib_rows(SP_Q4_1, &p, nk, kb, v + r, acc + r, accm + r, 1);
         } else if (t == SP_Q5_0) {
             const sp_blk_q5_0x8 *xb = (const sp_blk_q5_0x8 *)x + kb;
             for (int k = 0; k < nk; k++) sp_p_unpack_q5_0(xb + k, &p, k);
             int r = 0;
-            for (; r + 2 <= nr; r += 2) sp_p_q5_0_rows(&p, nk, kb, v + r, acc + r, 2);
-            if (r < nr) sp_p_q5_0_rows(&p, nk, kb, v + r, acc + r, 1);
+            for (; r + 2 <= nr; r += 2) sp_p_nib_rows(SP_Q5_0, &p, nk, kb, v + r, acc + r, accm + r, 2);
+            if (r < nr) sp_p_nib_rows(SP_Q5_0, &p, nk, kb, v + r, acc + r, accm + r, 1);
         } else {
             const sp_blk_q8_0x8 *xb = (const sp_blk_q8_0x8 *)x + kb;
             for (int k = 0; k < nk; k++) sp_p_unpack_q8_0(xb + k, &p, k);
