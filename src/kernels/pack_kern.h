@@ -38,96 +38,147 @@ SP_AI __m256 sp_p_f16x8(const uint8_t p[16]) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-static void sp_p_unpack_q4_1(const sp_blk_q4_1x8 *x, sp_ppanel *p, int k) {
-    const __m256i lo = _mm256_set1_epi8(15);
-    for (int v = 0; v < 4; v++) {
-        const __m256i b = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * v));
-        p->q[k][2 * v] = _mm256_and_si256(b, lo);
-        p->q[k][2 * v + 1] = _mm256_and_si256(_mm256_srli_epi16(b, 4), lo);
-    }
-    p->d[k] = sp_p_f16x8(x->d);
-    p->m[k] = sp_p_f16x8(x->m);
+/* Vector u (< 8) of a packed block: 4 elements of each of the 8 rows, in
+ * the order of sp_p_off.  Q4_1: the nibbles (0..15).  Q5_0: w + 16 (0..31;
+ * see sp_p_q5_0_vec).  Q8_0: w as stored.  Each is a few instructions on
+ * one 32-byte load, so kernels may call them per use or keep a panel. */
+SP_AI __m256i sp_p_nib_vec(const uint8_t *qs, int u) {
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(qs + 32 * (u / 2)));
+    return _mm256_and_si256(u % 2 ? _mm256_srli_epi16(b, 4) : b, _mm256_set1_epi8(15));
 }
+SP_AI __m256i sp_p_q4_1_vec(const sp_blk_q4_1x8 *x, int u) { return sp_p_nib_vec(x->qs, u); }
 
-/* Q5_0: w = (nibble | high bit << 4) - 16, in -16..15.  Lane r of the qh
- * vector is row r's 32 high bits; for the 4 elements e0..e0+3 of a vector
- * each byte of a lane picks the byte of its lane that holds bit e0 + i
- * (a shuffle), masks that bit and widens it to 16 (compare, and). */
-static void sp_p_unpack_q5_0(const sp_blk_q5_0x8 *x, sp_ppanel *p, int k) {
-    const __m256i lo = _mm256_set1_epi8(15), h16 = _mm256_set1_epi8(16);
+/* Q5_0: lane r of the qh vector is row r's 32 high bits; for the 4
+ * elements e0..e0+3 of vector u each byte of a lane picks the byte of its
+ * lane that holds bit e0 + i (a shuffle), masks that bit and widens it to
+ * 16 (compare, and), which goes above the nibble. */
+SP_AI __m256i sp_p_q5_0_vec(const sp_blk_q5_0x8 *x, int u) {
+    const __m256i h16 = _mm256_set1_epi8(16);
     const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
     const __m256i idx0 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
                                           0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
     const __m256i bits = _mm256_set1_epi32(0x08040201);
-    for (int v = 0; v < 4; v++) {
-        const __m256i b = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * v));
-        for (int half = 0; half < 2; half++) {
-            const int e0 = 16 * half + 4 * v;
-            const __m256i nib = half ? _mm256_and_si256(_mm256_srli_epi16(b, 4), lo) : _mm256_and_si256(b, lo);
-            const __m256i sel = _mm256_shuffle_epi8(qh, _mm256_add_epi8(idx0, _mm256_set1_epi8((char)(e0 / 8))));
-            const __m256i m = e0 % 8 ? _mm256_slli_epi32(bits, 4) : bits;
-            const __m256i hb = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sel, m), m), h16);
+    const int e0 = 16 * (u % 2) + 4 * (u / 2);
+    const __m256i sel = _mm256_shuffle_epi8(qh, _mm256_add_epi8(idx0, _mm256_set1_epi8((char)(e0 / 8))));
+    const __m256i m = e0 % 8 ? _mm256_slli_epi32(bits, 4) : bits;
+    const __m256i hb = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sel, m), m), h16);
+    return _mm256_or_si256(sp_p_nib_vec(x->qs, u), hb);
+}
+
+SP_AI __m256i sp_p_q8_0_vec(const sp_blk_q8_0x8 *x, int u) {
+    return _mm256_loadu_si256((const __m256i *)(x->qs + 32 * u));
+}
+
+/* Offset in the activation block of the 4 elements of vector u. */
+SP_AI int sp_p_off(uint32_t t, int u) { return t == SP_Q8_0 ? 4 * u : 4 * (u / 2) + 16 * (u % 2); }
+
+/* The panel entries of block k (see sp_ppanel). */
+static void sp_p_unpack_q4_1(const sp_blk_q4_1x8 *x, sp_ppanel *p, int k) {
+    for (int u = 0; u < 8; u++) p->q[k][u] = sp_p_q4_1_vec(x, u);
+    p->d[k] = sp_p_f16x8(x->d);
+    p->m[k] = sp_p_f16x8(x->m);
+}
+
+static void sp_p_unpack_q5_0(const sp_blk_q5_0x8 *x, sp_ppanel *p, int k) {
+    for (int u = 0; u < 8; u++) {
 #if SP_PK_VNNI
-            p->q[k][2 * v + half] = _mm256_or_si256(nib, hb);
+        p->q[k][u] = sp_p_q5_0_vec(x, u);
 #else
-            const __m256i w = _mm256_sub_epi8(_mm256_or_si256(nib, hb), h16);
-            p->s[k][2 * v + half] = w;
-            p->q[k][2 * v + half] = _mm256_abs_epi8(w);
+        const __m256i w = _mm256_sub_epi8(sp_p_q5_0_vec(x, u), _mm256_set1_epi8(16));
+        p->s[k][u] = w;
+        p->q[k][u] = _mm256_abs_epi8(w);
 #endif
-        }
     }
     p->d[k] = sp_p_f16x8(x->d);
 }
 
 static void sp_p_unpack_q8_0(const sp_blk_q8_0x8 *x, sp_ppanel *p, int k) {
-    for (int j = 0; j < 8; j++) {
-        const __m256i w = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+    for (int u = 0; u < 8; u++) {
 #if SP_PK_VNNI
-        p->q[k][j] = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));   /* w + 128 as u8 */
+        p->q[k][u] = _mm256_xor_si256(sp_p_q8_0_vec(x, u), _mm256_set1_epi8((char)0x80));   /* w + 128 as u8 */
 #else
-        p->q[k][j] = _mm256_abs_epi8(w);
+        p->q[k][u] = _mm256_abs_epi8(sp_p_q8_0_vec(x, u));
 #endif
     }
     p->d[k] = sp_p_f16x8(x->d);
 }
 
+#if SP_PK_VNNI
+
+/* The VNNI kernel for all three formats: one dpbusd per 4 elements of 8
+ * rows, the weights unsigned (Q4_1 nibbles, Q5_0 w + 16, Q8_0 w + 128) and
+ * the offset taken back as 16 or 128 times the activation block's sum,
+ * exact in int32.  R (1, 2 or 4) activation rows share each panel vector;
+ * 4 / R chains per row and block (blocks are independent, so out-of-order
+ * execution overlaps them too).  With direct, the weights come straight
+ * from the packed blocks xb, not the panel: when all rows fit in one call,
+ * a panel would only be written and read back once. */
+SP_AI __m256i sp_p_vnni_vec(const uint32_t t, const void *xb, int k, int u) {
+    if (t == SP_Q4_1) return sp_p_q4_1_vec((const sp_blk_q4_1x8 *)xb + k, u);
+    if (t == SP_Q5_0) return sp_p_q5_0_vec((const sp_blk_q5_0x8 *)xb + k, u);
+    return _mm256_xor_si256(sp_p_q8_0_vec((const sp_blk_q8_0x8 *)xb + k, u), _mm256_set1_epi8((char)0x80));
+}
+SP_AI __m256 sp_p_vnni_d(const uint32_t t, const void *xb, int k) {
+    if (t == SP_Q4_1) return sp_p_f16x8(((const sp_blk_q4_1x8 *)xb + k)->d);
+    if (t == SP_Q5_0) return sp_p_f16x8(((const sp_blk_q5_0x8 *)xb + k)->d);
+    return sp_p_f16x8(((const sp_blk_q8_0x8 *)xb + k)->d);
+}
+
+SP_AI void sp_p_rows(const uint32_t t, const bool direct, const sp_ppanel *p, const void *xb, int nk, int64_t kb,
+                     const sp_act_view *v, __m256 *acc, __m256 *accm, const int R) {
+    __m256 a[4], am[4];
+    SP_UNROLL for (int r = 0; r < R; r++) { a[r] = acc[r]; am[r] = accm[r]; }
+    for (int k = 0; k < nk; k++) {
+        const int64_t b = kb + k;
+        /* C chains per row, 4 in all: fewer rows need more chains to
+         * hide the dpbusd latency */
+        const int C = 4 / R;
+        __m256i s[4];
+        SP_UNROLL for (int i = 0; i < 4; i++) s[i] = _mm256_setzero_si256();
+        if (t != SP_Q4_1)
+            SP_UNROLL for (int r = 0; r < R; r++) s[r * C] = _mm256_set1_epi32((t == SP_Q5_0 ? -16 : -128) * v[r].qsum[b]);
+        SP_UNROLL for (int u = 0; u < 8; u++) {
+            const __m256i q = direct ? sp_p_vnni_vec(t, xb, k, u) : p->q[k][u];
+            const int off = sp_p_off(t, u);
+            SP_UNROLL for (int r = 0; r < R; r++)
+                s[r * C + u % C] = _mm256_dpbusd_avx_epi32(s[r * C + u % C], q, sp_p_bcast4(v[r].q + SP_QK * b + off));
+        }
+        const __m256 d = direct ? sp_p_vnni_d(t, xb, k) : p->d[k];
+        const __m256 m = t != SP_Q4_1 ? d : direct ? sp_p_f16x8(((const sp_blk_q4_1x8 *)xb + k)->m) : p->m[k];
+        SP_UNROLL for (int r = 0; r < R; r++) {
+            __m256i si = s[r * C];
+            SP_UNROLL for (int c = 1; c < C; c++) si = _mm256_add_epi32(si, s[r * C + c]);
+            a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(d, _mm256_broadcast_ss(v[r].d + b)), a[r]);
+            if (t == SP_Q4_1) am[r] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(v[r].s + b), am[r]);
+        }
+    }
+    SP_UNROLL for (int r = 0; r < R; r++) { acc[r] = a[r]; accm[r] = am[r]; }
+}
+#define SP_PK_R 4
+
+#else
+
 /* R (1 or 2) activation rows over nk packed blocks of the panel in the
  * nibble layout (t, a constant after inlining: Q4_1 or Q5_0); kb is the
  * index of the panel's first block in the row.
  *   Q4_1: nibbles (0..15) by y; the min term goes to accm.
- *   Q5_0: AVX2: |w| by sign(y, w), 8 of them summed in int16 stay exact
- *         (at most 8 * 2 * 16 * 127 = 32512); VNNI: (w + 16) by y, less
- *         16 sum y (exact in int32, no sign step). */
+ *   Q5_0: |w| by sign(y, w), 8 of them summed in int16 stay exact (at
+ *         most 8 * 2 * 16 * 127 = 32512). */
 SP_AI void sp_p_nib_rows(const uint32_t t, const sp_ppanel *p, int nk, int64_t kb, const sp_act_view *v,
                          __m256 *acc, __m256 *accm, const int R) {
-#if !SP_PK_VNNI
     const __m256i ones = _mm256_set1_epi16(1);
-#endif
     __m256 a[2], am[2];
     SP_UNROLL for (int r = 0; r < R; r++) { a[r] = acc[r]; am[r] = accm[r]; }
     for (int k = 0; k < nk; k++) {
         const int64_t b = kb + k;
         SP_UNROLL for (int r = 0; r < R; r++) {
             const int8_t *y = v[r].q + SP_QK * b;
-#if SP_PK_VNNI
-            /* four chains: dpbusd has a latency of several cycles, one
-             * chain of 8 would leave the units idle (the int32 sums are
-             * exact, so the grouping changes nothing) */
-            __m256i s4[4];
-            SP_UNROLL for (int u = 0; u < 4; u++)
-                s4[u] = _mm256_dpbusd_avx_epi32(_mm256_set1_epi32(t == SP_Q5_0 && u == 0 ? -16 * v[r].qsum[b] : 0),
-                                                p->q[k][u], sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)));
-            SP_UNROLL for (int u = 4; u < 8; u++)
-                s4[u - 4] = _mm256_dpbusd_avx_epi32(s4[u - 4], p->q[k][u], sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2)));
-            const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s4[0], s4[1]), _mm256_add_epi32(s4[2], s4[3])));
-#else
             __m256i s = _mm256_setzero_si256();
             SP_UNROLL for (int u = 0; u < 8; u++) {
                 const __m256i yb = sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2));
                 s = _mm256_add_epi16(s, _mm256_maddubs_epi16(p->q[k][u], t == SP_Q5_0 ? _mm256_sign_epi8(yb, p->s[k][u]) : yb));
             }
             const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones));
-#endif
             a[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(p->d[k], _mm256_broadcast_ss(v[r].d + b)), a[r]);
             if (t == SP_Q4_1) am[r] = _mm256_fmadd_ps(p->m[k], _mm256_broadcast_ss(v[r].s + b), am[r]);
         }
@@ -138,24 +189,15 @@ SP_AI void sp_p_nib_rows(const uint32_t t, const sp_ppanel *p, int nk, int64_t k
 /* As sp_p_nib_rows for Q8_0 (x: the packed blocks, for the signs). */
 SP_AI void sp_p_q8_0_rows(const sp_ppanel *p, const sp_blk_q8_0x8 *x, int nk, int64_t kb,
                           const sp_act_view *v, __m256 *acc, const int R) {
-#if !SP_PK_VNNI
     const __m256i ones = _mm256_set1_epi16(1);
-#endif
     __m256 a[2];
     SP_UNROLL for (int r = 0; r < R; r++) a[r] = acc[r];
     for (int k = 0; k < nk; k++) {
         const int64_t b = kb + k;
         SP_UNROLL for (int r = 0; r < R; r++) {
             const int8_t *y = v[r].q + SP_QK * b;
-            /* four independent chains (see the Q4_1 kernel) */
-#if SP_PK_VNNI
-            /* sum (w + 128) y - 128 sum y: no sign step (exact in int32) */
-            __m256i s4[4] = { _mm256_set1_epi32(-128 * v[r].qsum[b]), _mm256_setzero_si256(),
-                              _mm256_setzero_si256(), _mm256_setzero_si256() };
-            (void)x;
-            SP_UNROLL for (int j = 0; j < 8; j++)
-                s4[j % 4] = _mm256_dpbusd_avx_epi32(s4[j % 4], p->q[k][j], sp_p_bcast4(y + 4 * j));
-#else
+            /* four independent chains: the madd + add latency would
+             * otherwise leave the units idle */
             __m256i s4[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                               _mm256_setzero_si256() };
             SP_UNROLL for (int j = 0; j < 8; j++) {
@@ -163,13 +205,23 @@ SP_AI void sp_p_q8_0_rows(const sp_ppanel *p, const sp_blk_q8_0x8 *x, int nk, in
                 const __m256i ys = _mm256_sign_epi8(sp_p_bcast4(y + 4 * j), w);
                 s4[j % 4] = _mm256_add_epi32(s4[j % 4], _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[k][j], ys), ones));
             }
-#endif
             const __m256i s = _mm256_add_epi32(_mm256_add_epi32(s4[0], s4[1]), _mm256_add_epi32(s4[2], s4[3]));
             a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(p->d[k], _mm256_broadcast_ss(v[r].d + b)), a[r]);
         }
     }
     SP_UNROLL for (int r = 0; r < R; r++) acc[r] = a[r];
 }
+
+/* The AVX2 kernels by format (R <= 2; always from the panel). */
+SP_AI void sp_p_rows(const uint32_t t, const bool direct, const sp_ppanel *p, const void *xb, int nk, int64_t kb,
+                     const sp_act_view *v, __m256 *acc, __m256 *accm, const int R) {
+    (void)direct;
+    if (t == SP_Q8_0) sp_p_q8_0_rows(p, (const sp_blk_q8_0x8 *)xb, nk, kb, v, acc, R);
+    else sp_p_nib_rows(t, p, nk, kb, v, acc, accm, R);
+}
+#define SP_PK_R 2
+
+#endif
 
 /* One group of 8 weight rows (nb packed blocks at x) against nr <= 16
  * prepared rows: y[r * ldy + i]. */
@@ -180,25 +232,28 @@ static void sp_p_group(uint32_t t, int64_t nb, const void *x, const sp_act_view 
     for (int r = 0; r < nr; r++) acc[r] = accm[r] = _mm256_setzero_ps();
     for (int64_t kb = 0; kb < nb; kb += SP_PSEG) {
         const int nk = nb - kb < SP_PSEG ? (int)(nb - kb) : SP_PSEG;
-        if (t == SP_Q4_1) {
-            const sp_blk_q4_1x8 *xb = (const sp_blk_q4_1x8 *)x + kb;
-            for (int k = 0; k < nk; k++) sp_p_unpack_q4_1(xb + k, &p, k);
-            int r = 0;
-            for (; r + 2 <= nr; r += 2) sp_p_nib_rows(SP_Q4_1, &p, nk, kb, v + r, acc + r, accm + r, 2);
-            if (r < nr) sp_p_nib_rows(SP_Q4_1, &p, nk, kb, v + r, acc + r, accm + r, 1);
-        } else if (t == SP_Q5_0) {
-            const sp_blk_q5_0x8 *xb = (const sp_blk_q5_0x8 *)x + kb;
-            for (int k = 0; k < nk; k++) sp_p_unpack_q5_0(xb + k, &p, k);
-            int r = 0;
-            for (; r + 2 <= nr; r += 2) sp_p_nib_rows(SP_Q5_0, &p, nk, kb, v + r, acc + r, accm + r, 2);
-            if (r < nr) sp_p_nib_rows(SP_Q5_0, &p, nk, kb, v + r, acc + r, accm + r, 1);
-        } else {
-            const sp_blk_q8_0x8 *xb = (const sp_blk_q8_0x8 *)x + kb;
-            for (int k = 0; k < nk; k++) sp_p_unpack_q8_0(xb + k, &p, k);
-            int r = 0;
-            for (; r + 2 <= nr; r += 2) sp_p_q8_0_rows(&p, xb, nk, kb, v + r, acc + r, 2);
-            if (r < nr) sp_p_q8_0_rows(&p, xb, nk, kb, v + r, acc + r, 1);
-        }
+        const void *xb = (const uint8_t *)x + (size_t)kb * 8 * (size_t)sp_dtype_row_bytes(t, SP_QK);
+        /* VNNI with all rows in one call: straight from the blocks */
+        const bool direct = SP_PK_VNNI && nr <= SP_PK_R;
+        if (!direct)
+            for (int k = 0; k < nk; k++) {
+                if (t == SP_Q4_1) sp_p_unpack_q4_1((const sp_blk_q4_1x8 *)xb + k, &p, k);
+                else if (t == SP_Q5_0) sp_p_unpack_q5_0((const sp_blk_q5_0x8 *)xb + k, &p, k);
+                else sp_p_unpack_q8_0((const sp_blk_q8_0x8 *)xb + k, &p, k);
+            }
+        /* t and direct are constants in each call below, so each inlines
+         * its own kernel */
+#define SP_P_ALL_ROWS(T, D)                                                                          \
+        do {                                                                                         \
+            int r = 0;                                                                               \
+            for (; r + SP_PK_R <= nr; r += SP_PK_R) sp_p_rows(T, D, &p, xb, nk, kb, v + r, acc + r, accm + r, SP_PK_R); \
+            if (SP_PK_R > 2 && r + 2 <= nr) { sp_p_rows(T, D, &p, xb, nk, kb, v + r, acc + r, accm + r, 2); r += 2; } \
+            if (r < nr) sp_p_rows(T, D, &p, xb, nk, kb, v + r, acc + r, accm + r, 1);                  \
+        } while (0)
+        if (t == SP_Q4_1) { if (direct) SP_P_ALL_ROWS(SP_Q4_1, true); else SP_P_ALL_ROWS(SP_Q4_1, false); }
+        else if (t == SP_Q5_0) { if (direct) SP_P_ALL_ROWS(SP_Q5_0, true); else SP_P_ALL_ROWS(SP_Q5_0, false); }
+        else { if (direct) SP_P_ALL_ROWS(SP_Q8_0, true); else SP_P_ALL_ROWS(SP_Q8_0, false); }
+#undef SP_P_ALL_ROWS
     }
     for (int r = 0; r < nr; r++)
         _mm256_storeu_ps(y + (size_t)r * ldy, t == SP_Q4_1 ? _mm256_add_ps(acc[r], accm[r]) : acc[r]);
