@@ -1,9 +1,13 @@
 /*
  * kernels/pack_kern.h — the body of the packed-weight kernels, included by
  * pack_avx2.c (SP_PK_VNNI 0: maddubs + add) and pack_vnni.c (SP_PK_VNNI 1:
- * AVX-VNNI dpbusd), each compiled for its own target.  Only the integer
- * multiply-accumulate differs, and it is exact either way (see
- * pack_avx2.c), so both give bit-identical results.
+ * AVX-VNNI dpbusd), each compiled for its own target.  The integer sums
+ * are exact either way (see pack_avx2.c), so both give bit-identical
+ * results.  AVX2 unpacks a panel of blocks once for all activation rows
+ * (its sign and int16 steps make unpacking dear); VNNI needs only a load
+ * and at most a few bit operations per weight vector, which is cheaper
+ * than storing a panel and loading it back, so it reads the blocks
+ * directly.
  *
  * The includer defines SP_PK_VNNI and SP_PK_DOT_PACKED (the name of the
  * exported entry) and opens the target pragma.  Private to the kernels.
@@ -12,20 +16,8 @@
 #define SP_PRAGMA(x) _Pragma(#x)
 #define SP_UNROLL SP_PRAGMA(GCC unroll 8)
 
-/* Packed blocks of one group unpacked at a time. */
+/* Packed blocks of one group taken at a time (the AVX2 panel). */
 #define SP_PSEG 32
-
-typedef struct sp_ppanel {
-    /* Q4_1: [2k] low, [2k+1] high nibbles of vector k; Q5_0: in that
-     * order, |w| (AVX2) or w + 16 (VNNI); Q8_0: vector j, |w| (AVX2) or
-     * w + 128 (VNNI) */
-    __m256i q[SP_PSEG][8];
-#if !SP_PK_VNNI
-    __m256i s[SP_PSEG][8];   /* Q5_0: the signed values w (for the signs) */
-#endif
-    __m256 d[SP_PSEG];       /* the 8 rows' scales */
-    __m256 m[SP_PSEG];       /* Q4_1: the 8 rows' mins */
-} sp_ppanel;
 
 /* The 4 bytes at p in every 32-bit lane. */
 SP_AI __m256i sp_p_bcast4(const int8_t *p) {
@@ -72,47 +64,14 @@ SP_AI __m256i sp_p_q8_0_vec(const sp_blk_q8_0x8 *x, int u) {
 /* Offset in the activation block of the 4 elements of vector u. */
 SP_AI int sp_p_off(uint32_t t, int u) { return t == SP_Q8_0 ? 4 * u : 4 * (u / 2) + 16 * (u % 2); }
 
-/* The panel entries of block k (see sp_ppanel). */
-static void sp_p_unpack_q4_1(const sp_blk_q4_1x8 *x, sp_ppanel *p, int k) {
-    for (int u = 0; u < 8; u++) p->q[k][u] = sp_p_q4_1_vec(x, u);
-    p->d[k] = sp_p_f16x8(x->d);
-    p->m[k] = sp_p_f16x8(x->m);
-}
-
-static void sp_p_unpack_q5_0(const sp_blk_q5_0x8 *x, sp_ppanel *p, int k) {
-    for (int u = 0; u < 8; u++) {
-#if SP_PK_VNNI
-        p->q[k][u] = sp_p_q5_0_vec(x, u);
-#else
-        const __m256i w = _mm256_sub_epi8(sp_p_q5_0_vec(x, u), _mm256_set1_epi8(16));
-        p->s[k][u] = w;
-        p->q[k][u] = _mm256_abs_epi8(w);
-#endif
-    }
-    p->d[k] = sp_p_f16x8(x->d);
-}
-
-static void sp_p_unpack_q8_0(const sp_blk_q8_0x8 *x, sp_ppanel *p, int k) {
-    for (int u = 0; u < 8; u++) {
-#if SP_PK_VNNI
-        p->q[k][u] = _mm256_xor_si256(sp_p_q8_0_vec(x, u), _mm256_set1_epi8((char)0x80));   /* w + 128 as u8 */
-#else
-        p->q[k][u] = _mm256_abs_epi8(sp_p_q8_0_vec(x, u));
-#endif
-    }
-    p->d[k] = sp_p_f16x8(x->d);
-}
-
 #if SP_PK_VNNI
 
 /* The VNNI kernel for all three formats: one dpbusd per 4 elements of 8
  * rows, the weights unsigned (Q4_1 nibbles, Q5_0 w + 16, Q8_0 w + 128) and
  * the offset taken back as 16 or 128 times the activation block's sum,
- * exact in int32.  R (1, 2 or 4) activation rows share each panel vector;
- * 4 / R chains per row and block (blocks are independent, so out-of-order
- * execution overlaps them too).  With direct, the weights come straight
- * from the packed blocks xb, not the panel: when all rows fit in one call,
- * a panel would only be written and read back once. */
+ * exact in int32.  R (1, 2 or 4) activation rows share each weight
+ * vector, read from the nk blocks at xb; 4 / R chains per row and block
+ * (blocks are independent, so out-of-order execution overlaps them too). */
 SP_AI __m256i sp_p_vnni_vec(const uint32_t t, const void *xb, int k, int u) {
     if (t == SP_Q4_1) return sp_p_q4_1_vec((const sp_blk_q4_1x8 *)xb + k, u);
     if (t == SP_Q5_0) return sp_p_q5_0_vec((const sp_blk_q5_0x8 *)xb + k, u);
@@ -124,8 +83,8 @@ SP_AI __m256 sp_p_vnni_d(const uint32_t t, const void *xb, int k) {
     return sp_p_f16x8(((const sp_blk_q8_0x8 *)xb + k)->d);
 }
 
-SP_AI void sp_p_rows(const uint32_t t, const bool direct, const sp_ppanel *p, const void *xb, int nk, int64_t kb,
-                     const sp_act_view *v, __m256 *acc, __m256 *accm, const int R) {
+SP_AI void sp_p_rows(const uint32_t t, const void *xb, int nk, int64_t kb, const sp_act_view *v,
+                     __m256 *acc, __m256 *accm, const int R) {
     __m256 a[4], am[4];
     SP_UNROLL for (int r = 0; r < R; r++) { a[r] = acc[r]; am[r] = accm[r]; }
     for (int k = 0; k < nk; k++) {
@@ -138,13 +97,13 @@ SP_AI void sp_p_rows(const uint32_t t, const bool direct, const sp_ppanel *p, co
         if (t != SP_Q4_1)
             SP_UNROLL for (int r = 0; r < R; r++) s[r * C] = _mm256_set1_epi32((t == SP_Q5_0 ? -16 : -128) * v[r].qsum[b]);
         SP_UNROLL for (int u = 0; u < 8; u++) {
-            const __m256i q = direct ? sp_p_vnni_vec(t, xb, k, u) : p->q[k][u];
+            const __m256i q = sp_p_vnni_vec(t, xb, k, u);
             const int off = sp_p_off(t, u);
             SP_UNROLL for (int r = 0; r < R; r++)
                 s[r * C + u % C] = _mm256_dpbusd_avx_epi32(s[r * C + u % C], q, sp_p_bcast4(v[r].q + SP_QK * b + off));
         }
-        const __m256 d = direct ? sp_p_vnni_d(t, xb, k) : p->d[k];
-        const __m256 m = t != SP_Q4_1 ? d : direct ? sp_p_f16x8(((const sp_blk_q4_1x8 *)xb + k)->m) : p->m[k];
+        const __m256 d = sp_p_vnni_d(t, xb, k);
+        const __m256 m = t == SP_Q4_1 ? sp_p_f16x8(((const sp_blk_q4_1x8 *)xb + k)->m) : d;
         SP_UNROLL for (int r = 0; r < R; r++) {
             __m256i si = s[r * C];
             SP_UNROLL for (int c = 1; c < C; c++) si = _mm256_add_epi32(si, s[r * C + c]);
@@ -157,6 +116,36 @@ SP_AI void sp_p_rows(const uint32_t t, const bool direct, const sp_ppanel *p, co
 #define SP_PK_R 4
 
 #else
+
+typedef struct sp_ppanel {
+    __m256i q[SP_PSEG][8];   /* vector u of block k: Q4_1 nibbles, Q5_0 and Q8_0 |w| */
+    __m256i s[SP_PSEG][8];   /* Q5_0: the signed values w (for the signs) */
+    __m256 d[SP_PSEG];       /* the 8 rows' scales */
+    __m256 m[SP_PSEG];       /* Q4_1: the 8 rows' mins */
+} sp_ppanel;
+
+/* The panel entries of block k (see sp_ppanel). */
+static void sp_p_unpack_q4_1(const sp_blk_q4_1x8 *x, sp_ppanel *p, int k) {
+    for (int u = 0; u < 8; u++) p->q[k][u] = sp_p_q4_1_vec(x, u);
+    p->d[k] = sp_p_f16x8(x->d);
+    p->m[k] = sp_p_f16x8(x->m);
+}
+
+static void sp_p_unpack_q5_0(const sp_blk_q5_0x8 *x, sp_ppanel *p, int k) {
+    for (int u = 0; u < 8; u++) {
+        const __m256i w = _mm256_sub_epi8(sp_p_q5_0_vec(x, u), _mm256_set1_epi8(16));
+        p->s[k][u] = w;
+        p->q[k][u] = _mm256_abs_epi8(w);
+    }
+    p->d[k] = sp_p_f16x8(x->d);
+}
+
+static void sp_p_unpack_q8_0(const sp_blk_q8_0x8 *x, sp_ppanel *p, int k) {
+    for (int u = 0; u < 8; u++) {
+        p->q[k][u] = _mm256_abs_epi8(sp_p_q8_0_vec(x, u));
+    }
+    p->d[k] = sp_p_f16x8(x->d);
+}
 
 /* R (1 or 2) activation rows over nk packed blocks of the panel in the
  * nibble layout (t, a constant after inlining: Q4_1 or Q5_0); kb is the
@@ -212,14 +201,22 @@ SP_AI void sp_p_q8_0_rows(const sp_ppanel *p, const sp_blk_q8_0x8 *x, int nk, in
     SP_UNROLL for (int r = 0; r < R; r++) acc[r] = a[r];
 }
 
-/* The AVX2 kernels by format (R <= 2; always from the panel). */
-SP_AI void sp_p_rows(const uint32_t t, const bool direct, const sp_ppanel *p, const void *xb, int nk, int64_t kb,
-                     const sp_act_view *v, __m256 *acc, __m256 *accm, const int R) {
-    (void)direct;
+/* The AVX2 kernels by format (R <= 2), from the panel p. */
+SP_AI void sp_p_rows_panel(const uint32_t t, const sp_ppanel *p, const void *xb, int nk, int64_t kb,
+                           const sp_act_view *v, __m256 *acc, __m256 *accm, const int R) {
     if (t == SP_Q8_0) sp_p_q8_0_rows(p, (const sp_blk_q8_0x8 *)xb, nk, kb, v, acc, R);
     else sp_p_nib_rows(t, p, nk, kb, v, acc, accm, R);
 }
 #define SP_PK_R 2
+
+/* The panel of the nk blocks at xb. */
+SP_AI void sp_p_unpack(const uint32_t t, const void *xb, int nk, sp_ppanel *p) {
+    for (int k = 0; k < nk; k++) {
+        if (t == SP_Q4_1) sp_p_unpack_q4_1((const sp_blk_q4_1x8 *)xb + k, p, k);
+        else if (t == SP_Q5_0) sp_p_unpack_q5_0((const sp_blk_q5_0x8 *)xb + k, p, k);
+        else sp_p_unpack_q8_0((const sp_blk_q8_0x8 *)xb + k, p, k);
+    }
+}
 
 #endif
 
@@ -227,32 +224,36 @@ SP_AI void sp_p_rows(const uint32_t t, const bool direct, const sp_ppanel *p, co
  * prepared rows: y[r * ldy + i]. */
 static void sp_p_group(uint32_t t, int64_t nb, const void *x, const sp_act_view *v, int nr, float *y,
                        size_t ldy) {
+#if !SP_PK_VNNI
     sp_ppanel p;
+#endif
+    const size_t blk = 8 * (size_t)sp_dtype_row_bytes(t, SP_QK);   /* bytes of a packed block */
     __m256 acc[16], accm[16];
     for (int r = 0; r < nr; r++) acc[r] = accm[r] = _mm256_setzero_ps();
     for (int64_t kb = 0; kb < nb; kb += SP_PSEG) {
         const int nk = nb - kb < SP_PSEG ? (int)(nb - kb) : SP_PSEG;
-        const void *xb = (const uint8_t *)x + (size_t)kb * 8 * (size_t)sp_dtype_row_bytes(t, SP_QK);
-        /* VNNI with all rows in one call: straight from the blocks */
-        const bool direct = SP_PK_VNNI && nr <= SP_PK_R;
-        if (!direct)
-            for (int k = 0; k < nk; k++) {
-                if (t == SP_Q4_1) sp_p_unpack_q4_1((const sp_blk_q4_1x8 *)xb + k, &p, k);
-                else if (t == SP_Q5_0) sp_p_unpack_q5_0((const sp_blk_q5_0x8 *)xb + k, &p, k);
-                else sp_p_unpack_q8_0((const sp_blk_q8_0x8 *)xb + k, &p, k);
-            }
-        /* t and direct are constants in each call below, so each inlines
-         * its own kernel */
-#define SP_P_ALL_ROWS(T, D)                                                                          \
+        const void *xb = (const uint8_t *)x + (size_t)kb * blk;
+        /* t is a constant in each expansion, so each inlines its own kernel */
+#if SP_PK_VNNI
+#define SP_P_ALL_ROWS(T)                                                                             \
         do {                                                                                         \
             int r = 0;                                                                               \
-            for (; r + SP_PK_R <= nr; r += SP_PK_R) sp_p_rows(T, D, &p, xb, nk, kb, v + r, acc + r, accm + r, SP_PK_R); \
-            if (SP_PK_R > 2 && r + 2 <= nr) { sp_p_rows(T, D, &p, xb, nk, kb, v + r, acc + r, accm + r, 2); r += 2; } \
-            if (r < nr) sp_p_rows(T, D, &p, xb, nk, kb, v + r, acc + r, accm + r, 1);                  \
+            for (; r + SP_PK_R <= nr; r += SP_PK_R) sp_p_rows(T, xb, nk, kb, v + r, acc + r, accm + r, SP_PK_R); \
+            if (SP_PK_R > 2 && r + 2 <= nr) { sp_p_rows(T, xb, nk, kb, v + r, acc + r, accm + r, 2); r += 2; } \
+            if (r < nr) sp_p_rows(T, xb, nk, kb, v + r, acc + r, accm + r, 1);                       \
         } while (0)
-        if (t == SP_Q4_1) { if (direct) SP_P_ALL_ROWS(SP_Q4_1, true); else SP_P_ALL_ROWS(SP_Q4_1, false); }
-        else if (t == SP_Q5_0) { if (direct) SP_P_ALL_ROWS(SP_Q5_0, true); else SP_P_ALL_ROWS(SP_Q5_0, false); }
-        else { if (direct) SP_P_ALL_ROWS(SP_Q8_0, true); else SP_P_ALL_ROWS(SP_Q8_0, false); }
+#else
+#define SP_P_ALL_ROWS(T)                                                                             \
+        do {                                                                                         \
+            sp_p_unpack(T, xb, nk, &p);                                                              \
+            int r = 0;                                                                               \
+            for (; r + SP_PK_R <= nr; r += SP_PK_R) sp_p_rows_panel(T, &p, xb, nk, kb, v + r, acc + r, accm + r, SP_PK_R); \
+            if (r < nr) sp_p_rows_panel(T, &p, xb, nk, kb, v + r, acc + r, accm + r, 1);             \
+        } while (0)
+#endif
+        if (t == SP_Q4_1) SP_P_ALL_ROWS(SP_Q4_1);
+        else if (t == SP_Q5_0) SP_P_ALL_ROWS(SP_Q5_0);
+        else SP_P_ALL_ROWS(SP_Q8_0);
 #undef SP_P_ALL_ROWS
     }
     for (int r = 0; r < nr; r++)
