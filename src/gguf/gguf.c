@@ -611,7 +611,14 @@ void sp_gguf_release(const sp_gguf *g, const void *p, size_t n) {
     /* Whole pages inside the range only: neighbours may still be in use. */
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     const uintptr_t a = (lo + pg - 1) / pg * pg, b = hi / pg * pg;
-    if (a < b) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+    if (a >= b) return;
+    /* MADV_RANDOM first, because it gives the range its own VMA: since
+     * Linux 6.18 a fault maps the whole large page-cache folio around the
+     * faulting page, as far as the VMA reaches, so reading a tensor next
+     * to a released one (a norm beside a packed matrix) would map the
+     * released pages straight back in.  A fault stays inside its VMA. */
+    (void)madvise((void *)a, b - a, MADV_RANDOM);
+    (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 /* Parses size bytes at data; the handle borrows them.  Errors come back

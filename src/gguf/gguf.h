@@ -95,8 +95,9 @@ sp_gguf *sp_gguf_open_memory(const void *data, size_t size, sp_err *err);
 void sp_gguf_close(sp_gguf *g);
 /* Tells the kernel that the n bytes at p (inside the file's data) will not
  * be read for a while, so their pages leave this process's resident set
- * (a later read maps them in again from the page cache).  For weights the
- * model keeps in another form.  No-op for a handle over a caller buffer. */
+ * and stay out while neighbouring data is read (a later read of the range
+ * itself maps them in again from the page cache).  For weights the model
+ * keeps in another form.  No-op for a handle over a caller buffer. */
 void sp_gguf_release(const sp_gguf *g, const void *p, size_t n);
 
 uint32_t sp_gguf_version(const sp_gguf *g);

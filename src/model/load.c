@@ -202,9 +202,8 @@ static int model_matrices(sp_model *m, sp_matrix **out) {
 }
 
 /* Packs w into dst a few MiB of rows at a time, releasing each source
- * slice as soon as it is copied.  Packed whole, Gemma 3's 160 MiB
- * embedding was resident twice for a moment: within 5% of a short run's
- * peak RSS here, and 10% over it on one CI machine. */
+ * slice as soon as it is copied: packed whole, Gemma 3's 160 MiB
+ * embedding would be resident twice for a moment. */
 static void pack_in_slices(const sp_gguf *g, const sp_matrix *w, uint8_t *dst) {
     const size_t rb = (size_t)sp_dtype_row_bytes(w->type, (uint64_t)w->n_in);
     int64_t step = (int64_t)((4u << 20) / rb) & ~(int64_t)7;

@@ -697,6 +697,20 @@ static void test_open_file(void **state) {
     free(buf);
 }
 
+/* Whether /proc/self/maps lists a mapping of exactly [lo, hi). */
+static bool has_mapping(uintptr_t lo, uintptr_t hi) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[512];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx", &a, &b) == 2 && a == lo && b == hi) found = true;
+    }
+    fclose(f);
+    return found;
+}
+
 /* sp_gguf_release drops the pages of a mapped tensor from the resident set
  * but never changes what the tensor reads; over a caller buffer (where
  * MADV_DONTNEED would zero anonymous memory) and outside the data it does
@@ -719,6 +733,12 @@ static void test_release(void **state) {
         assert_memory_equal(t->data, buf + f.data_start + t->offset, t->n_bytes);  /* read back from the file */
     }
     const sp_gguf_tensor *big = sp_gguf_find_tensor(g, "big");
+    /* The released pages are a mapping of their own, so that no fault on
+     * a neighbour can map them back (see sp_gguf_release). */
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)big->data + pg - 1) / pg * pg;
+    const uintptr_t hi = ((uintptr_t)big->data + big->n_bytes) / pg * pg;
+    assert_true(has_mapping(lo, hi));
     sp_gguf_release(g, big->data, 0);                              /* nothing */
     sp_gguf_release(g, buf, len);                                  /* not inside the mapping: ignored */
     sp_gguf_release(g, (const uint8_t *)big->data + 8, SIZE_MAX);  /* wraps / past the end: ignored */
