@@ -118,6 +118,15 @@ typedef struct sp_matrix {
 size_t sp_matmul_scratch_bytes(uint32_t wtype, int64_t n_in, int n_rows);
 void sp_matmul(const sp_matrix *w, const float *x, int n_rows, float *y, int64_t ldy,
                void *scratch, sp_pool *pool);
+/* Several matrices of the same input at once (a layer's Q, K and V, or
+ * its gate and up): y[i] = w[i] x with stride w[i]->n_out, in one pass of
+ * the thread pool, each distinct activation form prepared once.  Every
+ * output is bit-identical to sp_matmul's; n_mats <= SP_MATMUL_MAX, all of
+ * the same n_in; scratch of sp_matmul_many_scratch_bytes. */
+#define SP_MATMUL_MAX 4
+size_t sp_matmul_many_scratch_bytes(const sp_matrix *const *w, int n_mats, int n_rows);
+void sp_matmul_many(const sp_matrix *const *w, const float *x, int n_rows, float *const *y, int n_mats,
+                    void *scratch, sp_pool *pool);
 /* Copies row `row` of W to floats (an embedding lookup). */
 void sp_matrix_get_row(const sp_matrix *w, int64_t row, float *out);
 

@@ -54,6 +54,11 @@ static size_t max_scratch(const sp_model *m, int rows) {
             size_t b = sp_matmul_scratch_bytes(ws[i]->type, ws[i]->n_in, rows);
             if (b > s) s = b;
         }
+        /* Q, K, V and gate, up go through sp_matmul_many */
+        size_t b = sp_matmul_many_scratch_bytes(ws, 3, rows);
+        if (b > s) s = b;
+        b = sp_matmul_many_scratch_bytes(ws + 4, 2, rows);
+        if (b > s) s = b;
     }
     return s;
 }
@@ -116,6 +121,18 @@ static void ensure_scores(sp_workspace *ws, const sp_hparams *hp, int n_ctx) {
 
 static void matmul(sp_workspace *ws, const sp_matrix *w, const float *x, int n, float *y) {
     sp_matmul(w, x, n, y, w->n_out, ws->act, ws->pool);
+}
+
+/* The matrices of one input in one pass (sp_matmul_many). */
+static void matmul_qkv(sp_workspace *ws, const sp_layer *L, const float *x, int n) {
+    const sp_matrix *w[3] = { &L->wq, &L->wk, &L->wv };
+    float *y[3] = { ws->q, ws->k, ws->v };
+    sp_matmul_many(w, x, n, y, 3, ws->act, ws->pool);
+}
+static void matmul_gate_up(sp_workspace *ws, const sp_layer *L, const float *x, int n) {
+    const sp_matrix *w[2] = { &L->w_gate, &L->w_up };
+    float *y[2] = { ws->hb, ws->hb2 };
+    sp_matmul_many(w, x, n, y, 2, ws->act, ws->pool);
 }
 
 static void embed(const sp_model *m, const int32_t *tokens, int n, float *x) {
@@ -266,9 +283,7 @@ static void forward_llama(const sp_model *m, sp_workspace *ws, const int32_t *to
         const sp_layer *L = &m->layers[il];
         /* attention */
         rmsnorm_rows(ws->xb, ws->x, L->attn_norm, n, d, hp->rms_eps);
-        matmul(ws, &L->wq, ws->xb, n, ws->q);
-        matmul(ws, &L->wk, ws->xb, n, ws->k);
-        matmul(ws, &L->wv, ws->xb, n, ws->v);
+        matmul_qkv(ws, L, ws->xb, n);
         rope_rows(hp, ws, n, L->rope_base);
         kv_store(ws->rows, il, n, ws->k, ws->v);
         attention(m, ws, il, n, false, hp->attn_scale);
@@ -276,8 +291,7 @@ static void forward_llama(const sp_model *m, sp_workspace *ws, const int32_t *to
         sp_vec_add(ws->x, ws->xb2, n * d);
         /* feed-forward */
         rmsnorm_rows(ws->xb, ws->x, L->ffn_norm, n, d, hp->rms_eps);
-        matmul(ws, &L->w_gate, ws->xb, n, ws->hb);
-        matmul(ws, &L->w_up, ws->xb, n, ws->hb2);
+        matmul_gate_up(ws, L, ws->xb, n);
         sp_swiglu(ws->hb, ws->hb, ws->hb2, n * hp->n_ff);
         matmul(ws, &L->w_down, ws->hb, n, ws->xb2);
         sp_vec_add(ws->x, ws->xb2, n * d);
@@ -300,9 +314,7 @@ static void forward_gemma3(const sp_model *m, sp_workspace *ws, const int32_t *t
         const sp_layer *L = &m->layers[il];
         /* attention */
         rmsnorm_rows(ws->xb, ws->x, L->attn_norm, n, d, hp->rms_eps);
-        matmul(ws, &L->wq, ws->xb, n, ws->q);
-        matmul(ws, &L->wk, ws->xb, n, ws->k);
-        matmul(ws, &L->wv, ws->xb, n, ws->v);
+        matmul_qkv(ws, L, ws->xb, n);
         rmsnorm_rows(ws->q, ws->q, L->q_norm, n * hp->n_head, hd, hp->rms_eps);
         rmsnorm_rows(ws->k, ws->k, L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps);
         rope_rows(hp, ws, n, L->rope_base);
@@ -314,8 +326,7 @@ static void forward_gemma3(const sp_model *m, sp_workspace *ws, const int32_t *t
         sp_vec_add(ws->x, ws->xb2, n * d);
         /* feed-forward */
         rmsnorm_rows(ws->xb, ws->x, L->ffn_norm, n, d, hp->rms_eps);
-        matmul(ws, &L->w_gate, ws->xb, n, ws->hb);
-        matmul(ws, &L->w_up, ws->xb, n, ws->hb2);
+        matmul_gate_up(ws, L, ws->xb, n);
         sp_geglu(ws->hb, ws->hb, ws->hb2, n * hp->n_ff);
         matmul(ws, &L->w_down, ws->hb, n, ws->xb2);
         rmsnorm_rows(ws->xb2, ws->xb2, L->post_ffn_norm, n, d, hp->rms_eps);

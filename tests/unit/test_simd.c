@@ -511,6 +511,56 @@ static void test_packed_matmul(void **state) {
     }
 }
 
+/* sp_matmul_many gives each matrix exactly sp_matmul's output, at every
+ * level and thread count: matrices that share one prepared activation
+ * form (two Q4_1; Q5_0 and Q8_0), ones that need their own (Q4_0 beside
+ * Q4_1, Q4_K, Q6_K), float weights, packed and unpacked ones mixed. */
+static void test_matmul_many(void **state) {
+    (void)state;
+    static const uint32_t sets[][SP_MATMUL_MAX] = {
+        {SP_Q4_1, SP_Q4_1, SP_Q4_0, SP_Q4_K}, {SP_Q5_0, SP_Q8_0, SP_Q5_0, SP_F32}, {SP_Q8_0, SP_F16, SP_Q6_K, SP_Q4_1}};
+    const sp_simd levels[] = {SP_SIMD_SCALAR, SP_SIMD_AVX2, SP_SIMD_VNNI};
+    for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
+        for (int rows = 1; rows <= 17; rows += 8) {
+            mm_case c[SP_MATMUL_MAX];
+            const int64_t n_in = 256, outs[] = {40, 24, 64, 16};
+            for (int i = 0; i < SP_MATMUL_MAX; i++) {
+                mm_case_init(&c[i], sets[si][i], n_in, outs[i], rows, 0, 0, 900 + 10 * si + (size_t)i);
+                memcpy(c[i].x, c[0].x, (size_t)rows * n_in * sizeof(float));   /* one input for all */
+                if (i % 2 == 0 && sp_matrix_packable(c[i].t, n_in, outs[i])) mm_case_pack(&c[i]);
+            }
+            for (size_t li = 0; li < sizeof levels / sizeof *levels; li++) {
+                if (sp_kernels_simd_best() < levels[li]) continue;
+                for (int threads = 1; threads <= 2; threads++) {
+                    sp_matrix m[SP_MATMUL_MAX];
+                    const sp_matrix *mp[SP_MATMUL_MAX];
+                    float *y[SP_MATMUL_MAX], *ref[SP_MATMUL_MAX];
+                    for (int i = 0; i < SP_MATMUL_MAX; i++) {
+                        m[i] = (sp_matrix){ c[i].w, c[i].t, n_in, outs[i], c[i].packed };
+                        mp[i] = &m[i];
+                        y[i] = malloc((size_t)rows * outs[i] * sizeof(float));
+                        ref[i] = malloc((size_t)rows * outs[i] * sizeof(float));
+                        mm_run(&c[i], levels[li], threads, c[0].x, rows, ref[i]);
+                    }
+                    assert_int_equal(sp_kernels_set_simd(levels[li]), 0);
+                    void *scratch = sp_alloc_aligned(sp_matmul_many_scratch_bytes(mp, SP_MATMUL_MAX, rows));
+                    sp_pool *pool = threads > 1 ? sp_pool_create(threads) : NULL;
+                    sp_matmul_many(mp, c[0].x, rows, y, SP_MATMUL_MAX, scratch, pool);
+                    sp_pool_free(pool);
+                    sp_free_aligned(scratch);
+                    for (int i = 0; i < SP_MATMUL_MAX; i++) {
+                        if (memcmp(y[i], ref[i], (size_t)rows * outs[i] * sizeof(float)) != 0)
+                            fail_msg("matmul_many: %s (set %zu, level %d, %d threads, %d rows) != sp_matmul",
+                                     sp_dtype_name(c[i].t), si, (int)levels[li], threads, rows);
+                        free(y[i]); free(ref[i]);
+                    }
+                }
+            }
+            for (int i = 0; i < SP_MATMUL_MAX; i++) mm_case_free(&c[i]);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------
  * Vector operations and attention
  * ---------------------------------------------------------------------- */
@@ -731,6 +781,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_pack_roundtrip, teardown),
         cmocka_unit_test_teardown(test_pack_rows_slices, teardown),
         cmocka_unit_test_teardown(test_packed_matmul, teardown),
+        cmocka_unit_test_teardown(test_matmul_many, teardown),
         cmocka_unit_test_teardown(test_ops_simd_vs_scalar, teardown),
         cmocka_unit_test_teardown(test_geglu_all_f16, teardown),
         cmocka_unit_test_teardown(test_exp_accuracy, teardown),
