@@ -47,6 +47,14 @@ const sp_kfuncs sp_kfuncs_vnni = {
     SP_KFUNCS_AVX2_COMMON,
     .dot_packed = sp_vnni_dot_packed,
 };
+
+/* AVX2 plus AVX-512 VNNI: only the packed kernels differ. */
+const sp_kfuncs sp_kfuncs_avx512 = {
+    .name = "avx2+fma+f16c+avx512vnni",
+    .level = SP_SIMD_AVX512,
+    SP_KFUNCS_AVX2_COMMON,
+    .dot_packed = sp_avx512_dot_packed,
+};
 #endif
 
 static _Atomic(const sp_kfuncs *) sp_kern_active;
@@ -78,15 +86,40 @@ static bool sp_cpu_has_avxvnni(void) {
 #endif
 }
 
+/* True if the CPU has AVX-512 F, BW, VL and VNNI and the OS saves the
+ * 512-bit state (__builtin_cpu_supports checks XGETBV for it too). */
+static bool sp_cpu_has_avx512vnni(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#else
+    return false;
+#endif
+}
+
+bool sp_kernels_simd_supported(sp_simd level) {
+    switch (level) {
+    case SP_SIMD_SCALAR: return true;
+    case SP_SIMD_AVX2: return sp_cpu_has_avx2();
+    case SP_SIMD_VNNI: return sp_cpu_has_avx2() && sp_cpu_has_avxvnni();
+    case SP_SIMD_AVX512: return sp_cpu_has_avx2() && sp_cpu_has_avx512vnni();
+    }
+    return false;
+}
+
+/* The widest: 512-bit dpbusd does twice the work of the 256-bit one. */
 sp_simd sp_kernels_simd_best(void) {
-    if (!sp_cpu_has_avx2()) return SP_SIMD_SCALAR;
-    return sp_cpu_has_avxvnni() ? SP_SIMD_VNNI : SP_SIMD_AVX2;
+    if (sp_kernels_simd_supported(SP_SIMD_AVX512)) return SP_SIMD_AVX512;
+    if (sp_kernels_simd_supported(SP_SIMD_VNNI)) return SP_SIMD_VNNI;
+    return sp_kernels_simd_supported(SP_SIMD_AVX2) ? SP_SIMD_AVX2 : SP_SIMD_SCALAR;
 }
 
 static const sp_kfuncs *sp_kfuncs_for(sp_simd level) {
 #if defined(__x86_64__)
     if (level == SP_SIMD_AVX2) return &sp_kfuncs_avx2;
     if (level == SP_SIMD_VNNI) return &sp_kfuncs_vnni;
+    if (level == SP_SIMD_AVX512) return &sp_kfuncs_avx512;
 #endif
     (void)level;
     return &sp_kfuncs_scalar;
@@ -99,18 +132,19 @@ static sp_simd sp_simd_from_env(void) {
     const char *e = getenv("SPECULA_SIMD");
     if (!e || !*e || strcmp(e, "auto") == 0) return best;
     if (strcmp(e, "scalar") == 0) return SP_SIMD_SCALAR;
-    if (strcmp(e, "avx2") == 0) {
-        if (best >= SP_SIMD_AVX2) return SP_SIMD_AVX2;
-        fprintf(stderr, "specula: SPECULA_SIMD=avx2 but this CPU lacks AVX2/FMA/F16C; using scalar\n");
-        return SP_SIMD_SCALAR;
-    }
-    if (strcmp(e, "vnni") == 0) {
-        if (best >= SP_SIMD_VNNI) return SP_SIMD_VNNI;
-        fprintf(stderr, "specula: SPECULA_SIMD=vnni but this CPU lacks AVX-VNNI; using %s\n",
+    static const struct { const char *name; sp_simd level; const char *needs; } known[] = {
+        { "avx2", SP_SIMD_AVX2, "AVX2/FMA/F16C" },
+        { "vnni", SP_SIMD_VNNI, "AVX-VNNI" },
+        { "avx512", SP_SIMD_AVX512, "AVX-512 F/BW/VL/VNNI" },
+    };
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
+        if (strcmp(e, known[i].name) != 0) continue;
+        if (sp_kernels_simd_supported(known[i].level)) return known[i].level;
+        fprintf(stderr, "specula: SPECULA_SIMD=%s but this CPU lacks %s; using %s\n", e, known[i].needs,
                 sp_kfuncs_for(best)->name);
         return best;
     }
-    fprintf(stderr, "specula: unknown SPECULA_SIMD=%s (scalar, avx2, vnni, auto); using %s\n", e,
+    fprintf(stderr, "specula: unknown SPECULA_SIMD=%s (scalar, avx2, vnni, avx512, auto); using %s\n", e,
             sp_kfuncs_for(best)->name);
     return best;
 }
@@ -128,7 +162,7 @@ const sp_kfuncs *sp_kern(void) {
 sp_simd sp_kernels_simd(void) { return sp_kern()->level; }
 
 int sp_kernels_set_simd(sp_simd level) {
-    if (level != SP_SIMD_SCALAR && level > sp_kernels_simd_best()) return -1;
+    if (!sp_kernels_simd_supported(level)) return -1;
     atomic_store_explicit(&sp_kern_active, sp_kfuncs_for(level), memory_order_release);
     return 0;
 }
@@ -162,6 +196,7 @@ double sp_kernels_peak_gmacs(double seconds) {
 #if defined(__x86_64__)
     if (sp_kern()->level == SP_SIMD_AVX2) loop = sp_avx2_peak_loop;
     if (sp_kern()->level == SP_SIMD_VNNI) { loop = sp_vnni_peak_loop; macs = 12.0 * 32.0; }
+    if (sp_kern()->level == SP_SIMD_AVX512) { loop = sp_avx512_peak_loop; macs = 12.0 * 64.0; }
 #endif
     int64_t iters = 1000, sink = 0;
     double best = 0.0;

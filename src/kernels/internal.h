@@ -222,6 +222,7 @@ const sp_kfuncs *sp_kern(void);
 #if defined(__x86_64__)
 extern const sp_kfuncs sp_kfuncs_avx2;
 extern const sp_kfuncs sp_kfuncs_vnni;
+extern const sp_kfuncs sp_kfuncs_avx512;
 
 /* quant_avx2.c */
 bool sp_avx2_dot_supports(uint32_t wtype);
@@ -236,6 +237,10 @@ void sp_avx2_dot_packed(uint32_t wtype, int64_t n, const void *w, size_t g_strid
 void sp_vnni_dot_packed(uint32_t wtype, int64_t n, const void *w, size_t g_stride, int64_t n_groups,
                         const void *act, size_t act_stride, int nr, float *y, size_t ldy);
 int64_t sp_vnni_peak_loop(int64_t iters);
+/* pack_avx512.c (AVX-512 F/BW/VL/VNNI CPUs only) */
+void sp_avx512_dot_packed(uint32_t wtype, int64_t n, const void *w, size_t g_stride, int64_t n_groups,
+                          const void *act, size_t act_stride, int nr, float *y, size_t ldy);
+int64_t sp_avx512_peak_loop(int64_t iters);
 /* ops_avx2.c */
 void sp_avx2_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void sp_avx2_softmax(float *x, int n);

@@ -26,9 +26,10 @@
  *
  * The kernels have a portable C implementation and, on x86-64, an
  * AVX2+FMA+F16C one (and on CPUs with AVX-VNNI the same with dpbusd in the
- * packed matmul); the best level the CPU supports is chosen on first use
- * unless the environment variable SPECULA_SIMD says otherwise ("scalar",
- * "avx2", "vnni" or "auto").  The SIMD results may differ from the portable ones
+ * packed matmul, on CPUs with AVX-512 VNNI the same on 512-bit registers);
+ * the best level the CPU supports is chosen on first use unless the
+ * environment variable SPECULA_SIMD says otherwise ("scalar", "avx2",
+ * "vnni", "avx512" or "auto").  The SIMD results may differ from the portable ones
  * within float rounding (other summation orders), but each level on its
  * own keeps every guarantee of this header, batch invariance included.
  * sp_vec_dot, sp_quantize_row and sp_quantize_act_row are always the
@@ -37,24 +38,30 @@
 typedef enum sp_simd {
     SP_SIMD_SCALAR = 0,
     SP_SIMD_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    SP_SIMD_VNNI = 2    /* the same plus AVX-VNNI (packed kernels use dpbusd; bit-identical to AVX2) */
+    SP_SIMD_VNNI = 2,   /* the same plus AVX-VNNI (packed kernels use dpbusd; bit-identical to AVX2) */
+    SP_SIMD_AVX512 = 3  /* AVX2 level plus AVX-512 F/BW/VL/VNNI (packed kernels on 512-bit
+                         * registers, 16 rows a vector; bit-identical to AVX2).  Does not
+                         * imply AVX-VNNI: ask sp_kernels_simd_supported. */
 } sp_simd;
 
 /* Best level this CPU (and OS) supports. */
 sp_simd sp_kernels_simd_best(void);
+/* Whether this CPU (and OS) supports the level. */
+bool sp_kernels_simd_supported(sp_simd level);
 /* Level in use. */
 sp_simd sp_kernels_simd(void);
 /* Switches level (tests, benchmarks): returns 0, or -1 if the CPU lacks
- * it.  Not thread-safe: call while no kernel runs. */
+ * it (sp_kernels_simd_supported).  Not thread-safe: call while no kernel runs. */
 int sp_kernels_set_simd(sp_simd level);
-/* The level in use, for logs: "scalar", "avx2+fma+f16c" or
- * "avx2+fma+f16c+avxvnni". */
+/* The level in use, for logs: "scalar", "avx2+fma+f16c",
+ * "avx2+fma+f16c+avxvnni" or "avx2+fma+f16c+avx512vnni". */
 const char *sp_kernels_describe(void);
 /* Peak int8 multiply-accumulate rate of one thread, GMAC/s, measured for
  * about `seconds` (best of 3): a register-only loop of the instructions
  * that do the kernels' multiply-accumulates (AVX2: maddubs + add on 8
- * independent chains, the cheapest form any kernel uses; scalar: the
- * portable int8 loop).  For
+ * independent chains, the cheapest form any kernel uses; VNNI: 256-bit
+ * dpbusd, AVX512: 512-bit dpbusd, 12 chains; scalar: the portable int8
+ * loop).  For
  * benchmarks: the kernels' achieved MAC rate is quoted against it. */
 double sp_kernels_peak_gmacs(double seconds);
 /* Read bandwidth of a buffer of `bytes` (large: beyond the caches), GB/s,

@@ -199,7 +199,8 @@ static void sp_mm_run(const sp_matrix *const *w, const float *x, int n_rows, flo
         /* About 8 chunks per thread, so a late or slower core gets less. */
         int64_t chunk = w[i]->n_out / (8 * (int64_t)nth);
         p->chunk = chunk < 4 ? 4 : (chunk > 256 ? 256 : chunk);
-        if (w[i]->packed) p->chunk = (p->chunk + SP_PACK_ROWS - 1) / SP_PACK_ROWS * SP_PACK_ROWS;
+        /* packed: whole pairs of groups (the AVX-512 kernel does two at once) */
+        if (w[i]->packed) p->chunk = (p->chunk + 2 * SP_PACK_ROWS - 1) / (2 * SP_PACK_ROWS) * (2 * SP_PACK_ROWS);
         atomic_init(&p->next, 0);
     }
     atomic_init(&job.prepared, 0);

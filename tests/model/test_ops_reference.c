@@ -323,10 +323,10 @@ static void check_model(const char *model_file, const char *short_name, const ch
     c.out = malloc(widest * sizeof(float));
     c.tmp = malloc(widest * sizeof(float));
     const sp_simd saved = sp_kernels_simd();
-    const sp_simd levels[] = { SP_SIMD_SCALAR, SP_SIMD_AVX2, SP_SIMD_VNNI };
-    static const char *const names[] = { "scalar", "avx2", "vnni" };
+    const sp_simd levels[] = { SP_SIMD_SCALAR, SP_SIMD_AVX2, SP_SIMD_VNNI, SP_SIMD_AVX512 };
+    static const char *const names[] = { "scalar", "avx2", "vnni", "avx512" };
     for (size_t i = 0; i < sizeof levels / sizeof *levels; i++) {
-        if (levels[i] > sp_kernels_simd_best()) continue;
+        if (!sp_kernels_simd_supported(levels[i])) continue;
         assert_int_equal(sp_kernels_set_simd(levels[i]), 0);
         c.level = names[i];
         check_all(&c);

@@ -32,8 +32,9 @@ static int teardown(void **state) {
     return 0;
 }
 
-static bool have_avx2(void) { return sp_kernels_simd_best() >= SP_SIMD_AVX2; }
-static bool have_vnni(void) { return sp_kernels_simd_best() >= SP_SIMD_VNNI; }
+static bool have_avx2(void) { return sp_kernels_simd_supported(SP_SIMD_AVX2); }
+static bool have_vnni(void) { return sp_kernels_simd_supported(SP_SIMD_VNNI); }
+static bool have_avx512(void) { return sp_kernels_simd_supported(SP_SIMD_AVX512); }
 
 static void put_f16(uint8_t *p, float f) {
     sp_f16 h = sp_f32_to_f16(f);
@@ -73,6 +74,19 @@ static void test_dispatch(void **state) {
     } else {
         const sp_simd before = sp_kernels_simd();
         assert_int_equal(sp_kernels_set_simd(SP_SIMD_VNNI), -1);
+        assert_int_equal(sp_kernels_simd(), before);
+    }
+    if (have_avx512()) {
+        assert_int_equal(sp_kernels_set_simd(SP_SIMD_AVX512), 0);
+        assert_int_equal(sp_kernels_simd(), SP_SIMD_AVX512);
+        assert_string_equal(sp_kernels_describe(), "avx2+fma+f16c+avx512vnni");
+        assert_int_equal(sp_kernels_simd_best(), SP_SIMD_AVX512);
+        assert_true(sp_kernels_have_packed());
+        const double zpeak = sp_kernels_peak_gmacs(0.01);
+        assert_true(zpeak > 0 && isfinite(zpeak));
+    } else {
+        const sp_simd before = sp_kernels_simd();
+        assert_int_equal(sp_kernels_set_simd(SP_SIMD_AVX512), -1);
         assert_int_equal(sp_kernels_simd(), before);
     }
     assert_int_equal(sp_kernels_set_simd(SP_SIMD_SCALAR), 0);
@@ -401,6 +415,7 @@ static void test_batch_invariance_simd(void **state) {
     check_batch_invariance(SP_SIMD_AVX2, false);
     check_batch_invariance(SP_SIMD_AVX2, true);
     if (have_vnni()) check_batch_invariance(SP_SIMD_VNNI, true);
+    if (have_avx512()) check_batch_invariance(SP_SIMD_AVX512, true);
 }
 
 /* ------------------------------------------------------------------------
@@ -496,13 +511,16 @@ static void test_packed_matmul(void **state) {
                     fail_msg("%s packed portable != unpacked portable (%lld blocks)", sp_dtype_name(c.t),
                              (long long)nbs[ni]);
                 if (have_avx2()) check_simd_vs_scalar(&c, "packed");
-                if (have_vnni()) {
-                    /* dpbusd gives the same exact integer sums: bit-identical */
+                /* dpbusd (256- or 512-bit) gives the same exact integer
+                 * sums: bit-identical to AVX2 */
+                static const sp_simd dp[] = {SP_SIMD_VNNI, SP_SIMD_AVX512};
+                for (size_t di = 0; di < 2 && have_avx2(); di++) {
+                    if (!sp_kernels_simd_supported(dp[di])) continue;
                     mm_run(&c, SP_SIMD_AVX2, 1, c.x, rows, yu);
-                    mm_run(&c, SP_SIMD_VNNI, 2, c.x, rows, yp);
+                    mm_run(&c, dp[di], 2, c.x, rows, yp);
                     if (memcmp(yu, yp, ny * sizeof(float)) != 0)
-                        fail_msg("%s packed: vnni != avx2 (%lld blocks, %d rows)", sp_dtype_name(c.t),
-                                 (long long)nbs[ni], rows);
+                        fail_msg("%s packed: level %d != avx2 (%lld blocks, %d rows)", sp_dtype_name(c.t),
+                                 (int)dp[di], (long long)nbs[ni], rows);
                 }
                 free(yu); free(yp);
                 mm_case_free(&c);
@@ -519,7 +537,7 @@ static void test_matmul_many(void **state) {
     (void)state;
     static const uint32_t sets[][SP_MATMUL_MAX] = {
         {SP_Q4_1, SP_Q4_1, SP_Q4_0, SP_Q4_K}, {SP_Q5_0, SP_Q8_0, SP_Q5_0, SP_F32}, {SP_Q8_0, SP_F16, SP_Q6_K, SP_Q4_1}};
-    const sp_simd levels[] = {SP_SIMD_SCALAR, SP_SIMD_AVX2, SP_SIMD_VNNI};
+    const sp_simd levels[] = {SP_SIMD_SCALAR, SP_SIMD_AVX2, SP_SIMD_VNNI, SP_SIMD_AVX512};
     for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
         for (int rows = 1; rows <= 17; rows += 8) {
             mm_case c[SP_MATMUL_MAX];
@@ -530,7 +548,7 @@ static void test_matmul_many(void **state) {
                 if (i % 2 == 0 && sp_matrix_packable(c[i].t, n_in, outs[i])) mm_case_pack(&c[i]);
             }
             for (size_t li = 0; li < sizeof levels / sizeof *levels; li++) {
-                if (sp_kernels_simd_best() < levels[li]) continue;
+                if (!sp_kernels_simd_supported(levels[li])) continue;
                 for (int threads = 1; threads <= 2; threads++) {
                     sp_matrix m[SP_MATMUL_MAX];
                     const sp_matrix *mp[SP_MATMUL_MAX];
