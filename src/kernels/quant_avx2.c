@@ -605,9 +605,7 @@ void sp_avx2_dot_rows(uint32_t wtype, int64_t n, const void *w, size_t w_stride,
     const sp_v_row_fn fn = sp_v_row_kernel(wtype);
     sp_act_view v[16];
     for (int r0 = 0; r0 < nr; r0 += 16) {
-        const int g = nr - r0 < 16 ? nr - r0 : 16;
-        for (int r = 0; r < g; r++)
-            v[r] = sp_act_split_view(wtype, n, (const uint8_t *)act + (size_t)(r0 + r) * act_stride);
+        const int g = sp_act_views16(wtype, n, act, act_stride, r0, nr, v);
         float *yr = y + (size_t)r0 * ldy;
         for (int64_t o = 0; o < n_w; o++) fn(n, (const uint8_t *)w + (size_t)o * w_stride, v, g, yr + o, ldy);
     }
