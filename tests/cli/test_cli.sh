@@ -62,6 +62,14 @@ check "info gemma3: gemma3, 18 layers, sliding window, gemma template" bash -c "
 # resident memory of a run within 5% of the plain mapped layout's
 SPECULA_SIMD=scalar "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
 check "info names the kernels (scalar: nothing packed)" bash -c "grep -q '^kernels:       scalar\$' $tmp/i"
+SPECULA_SIMD=bogus "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
+check "unknown SPECULA_SIMD is reported with the accepted values, the best level runs" bash -c "grep -q 'unknown SPECULA_SIMD=bogus (scalar, avx2, vnni, avx512, auto)' $tmp/i && grep -q '^kernels: ' $tmp/i"
+SPECULA_SIMD=avx512 "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
+if grep -qw avx512_vnni /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then
+    check "SPECULA_SIMD=avx512 runs the AVX-512 VNNI kernels" grep -q '^kernels:       avx2+fma+f16c+avx512vnni ' "$tmp/i"
+else
+    check "SPECULA_SIMD=avx512 on a CPU without it says so" grep -q 'SPECULA_SIMD=avx512 but this CPU lacks AVX-512' "$tmp/i"
+fi
 if grep -qw avx2 /proc/cpuinfo; then
     "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
     check "info: SIMD kernels pack the Q4_1/Q5_0/Q8_0 matrices" grep -q '^kernels:       avx2+fma+f16c.* (Q4_1/Q5_0/Q8_0 matrices packed: ' "$tmp/i"
