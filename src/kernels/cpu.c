@@ -22,7 +22,6 @@ static const sp_kfuncs sp_kfuncs_scalar = { .name = "scalar", .level = SP_SIMD_S
 #define SP_KFUNCS_AVX2_COMMON                        \
     .dot_supports = sp_avx2_dot_supports,            \
     .act_prepare = sp_avx2_act_prepare,              \
-    .dot_rows = sp_avx2_dot_rows,                    \
     .rmsnorm = sp_avx2_rmsnorm,                      \
     .softmax = sp_avx2_softmax,                      \
     .swiglu = sp_avx2_swiglu,                        \
@@ -37,6 +36,7 @@ const sp_kfuncs sp_kfuncs_avx2 = {
     .name = "avx2+fma+f16c",
     .level = SP_SIMD_AVX2,
     SP_KFUNCS_AVX2_COMMON,
+    .dot_rows = sp_avx2_dot_rows,
     .dot_packed = sp_avx2_dot_packed,
 };
 
@@ -45,14 +45,16 @@ const sp_kfuncs sp_kfuncs_vnni = {
     .name = "avx2+fma+f16c+avxvnni",
     .level = SP_SIMD_VNNI,
     SP_KFUNCS_AVX2_COMMON,
+    .dot_rows = sp_avx2_dot_rows,
     .dot_packed = sp_vnni_dot_packed,
 };
 
-/* AVX2 plus AVX-512 VNNI: only the packed kernels differ. */
+/* AVX2 plus AVX-512 VNNI: the packed and the K-quant kernels differ. */
 const sp_kfuncs sp_kfuncs_avx512 = {
     .name = "avx2+fma+f16c+avx512vnni",
     .level = SP_SIMD_AVX512,
     SP_KFUNCS_AVX2_COMMON,
+    .dot_rows = sp_avx512_dot_rows,
     .dot_packed = sp_avx512_dot_packed,
 };
 #endif

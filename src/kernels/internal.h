@@ -240,6 +240,9 @@ bool sp_avx2_dot_supports(uint32_t wtype);
 void sp_avx2_act_prepare(uint32_t wtype, const float *x, int64_t n, void *dst);
 void sp_avx2_dot_rows(uint32_t wtype, int64_t n, const void *w, size_t w_stride, int64_t n_w,
                       const void *act, size_t act_stride, int nr, float *y, size_t ldy);
+/* the same with the K-quant kernels on 512-bit registers (AVX-512 F/BW CPUs only) */
+void sp_avx512_dot_rows(uint32_t wtype, int64_t n, const void *w, size_t w_stride, int64_t n_w,
+                        const void *act, size_t act_stride, int nr, float *y, size_t ldy);
 int64_t sp_avx2_peak_loop(int64_t iters);
 /* pack_avx2.c */
 void sp_avx2_dot_packed(uint32_t wtype, int64_t n, const void *w, size_t g_stride, int64_t n_groups,

@@ -447,8 +447,62 @@ SP_AI void sp_v_kq_chunk(const sp_kpanel *p, int nk, int64_t kb, bool q6, const 
     SP_UNROLL for (int r = 0; r < R; r++) acc[r] = a[r];
 }
 
-/* nr <= 16 rows of one K-quant weight row, SP_KSEG elements at a time. */
-SP_AI void sp_v_dot_kq(const uint32_t t, int64_t n, const void *w, const sp_act_view *v, int nr,
+/* sp_v_kq_chunk on 512-bit registers, for the AVX-512 level: the halves
+ * of a vector hold neighbouring 32-element sub-blocks of the panel, so one
+ * step does two of the 256-bit kernel's; the halves' int32 sums are added
+ * (exact) before the float steps, which are the 256-bit kernel's, so the
+ * result is bit-identical.  Not inlined: only the AVX-512 table calls it. */
+#define SP_Z_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw")))
+SP_Z_TARGET SP_AI void sp_z_kq_chunk_r(const sp_kpanel *p, int nk, int64_t kb, bool q6, const sp_act_view *v,
+                                       __m256 *acc, const int R) {
+    __m256 a[4];
+    SP_UNROLL for (int r = 0; r < R; r++) a[r] = acc[r];
+    for (int k = 0; k < nk; k++) {
+        const int64_t b = kb + k;
+        const __m256 vd = _mm256_broadcast_ss(&p->d[k]), vm = _mm256_broadcast_ss(&p->dmin[k]);
+        SP_UNROLL for (int r = 0; r < R; r++) {
+            const int8_t *yq = v[r].q + SP_QK_K * b;
+            __m512i isum = _mm512_setzero_si512();
+            SP_UNROLL for (int s = 0; s < 4; s++) {
+                const __m512i y = _mm512_loadu_si512((const void *)(yq + 64 * s));
+                const __m512i prod = _mm512_maddubs_epi16(_mm512_loadu_si512((const void *)&p->q[8 * k + 2 * s]), y);
+                isum = _mm512_add_epi32(isum, _mm512_madd_epi16(prod, _mm512_loadu_si512((const void *)&p->sc[8 * k + 2 * s])));
+            }
+            __m256i is = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)(v[r].bsums + 16 * b));
+            const __m256i imin = _mm256_madd_epi16(p->mn[k], bs);
+            const __m256 dx = _mm256_broadcast_ss(v[r].d + b);
+            if (q6) {
+                is = _mm256_sub_epi32(is, imin);
+                a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(vd, dx), a[r]);
+            } else {
+                a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(vd, dx), a[r]);
+                a[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(vm, dx), a[r]);
+            }
+        }
+    }
+    SP_UNROLL for (int r = 0; r < R; r++) acc[r] = a[r];
+}
+SP_Z_TARGET __attribute__((noinline)) static void sp_z_kq_chunk(const sp_kpanel *p, int nk, int64_t kb, bool q6,
+                                                                const sp_act_view *v, __m256 *acc, int R) {
+    switch (R) {
+    case 4: sp_z_kq_chunk_r(p, nk, kb, q6, v, acc, 4); break;
+    case 3: sp_z_kq_chunk_r(p, nk, kb, q6, v, acc, 3); break;
+    case 2: sp_z_kq_chunk_r(p, nk, kb, q6, v, acc, 2); break;
+    default: sp_z_kq_chunk_r(p, nk, kb, q6, v, acc, 1); break;
+    }
+}
+
+/* R rows of a panel segment with the chosen chunk kernel. */
+SP_AI void sp_v_kq_rows(bool wide, const sp_kpanel *p, int nk, int64_t kb, bool q6, const sp_act_view *v,
+                        __m256 *acc, const int R) {
+    if (wide) sp_z_kq_chunk(p, nk, kb, q6, v, acc, R);
+    else sp_v_kq_chunk(p, nk, kb, q6, v, acc, R);
+}
+
+/* nr <= 16 rows of one K-quant weight row, SP_KSEG elements at a time;
+ * wide: the AVX-512 chunk kernel. */
+SP_AI void sp_v_dot_kq(const uint32_t t, const bool wide, int64_t n, const void *w, const sp_act_view *v, int nr,
                         float *y, size_t ldy) {
     const int64_t nb = n / SP_QK_K;
     const bool q6 = t == SP_Q6_K;
@@ -463,25 +517,28 @@ SP_AI void sp_v_dot_kq(const uint32_t t, int64_t n, const void *w, const sp_act_
             else sp_v_unpack_q6_K((const sp_blk_q6_K *)w + kb + k, &p, k);
         }
         int r = 0;
-        for (; r + 4 <= nr; r += 4) sp_v_kq_chunk(&p, nk, kb, q6, v + r, acc + r, 4);
+        for (; r + 4 <= nr; r += 4) sp_v_kq_rows(wide, &p, nk, kb, q6, v + r, acc + r, 4);
         switch (nr - r) {
-        case 3: sp_v_kq_chunk(&p, nk, kb, q6, v + r, acc + r, 3); break;
-        case 2: sp_v_kq_chunk(&p, nk, kb, q6, v + r, acc + r, 2); break;
-        case 1: sp_v_kq_chunk(&p, nk, kb, q6, v + r, acc + r, 1); break;
+        case 3: sp_v_kq_rows(wide, &p, nk, kb, q6, v + r, acc + r, 3); break;
+        case 2: sp_v_kq_rows(wide, &p, nk, kb, q6, v + r, acc + r, 2); break;
+        case 1: sp_v_kq_rows(wide, &p, nk, kb, q6, v + r, acc + r, 1); break;
         default: break;
         }
     }
     for (int r = 0; r < nr; r++) y[(size_t)r * ldy] = sp_v_hsum(acc[r]);
 }
 
-#define SP_V_KQ_FN(name, T)                                                                \
+#define SP_V_KQ_FN(name, T, WIDE)                                                          \
     static void name(int64_t n, const void *w, const sp_act_view *v, int nr, float *y,     \
                      size_t ldy) {                                                         \
-        sp_v_dot_kq(T, n, w, v, nr, y, ldy);                                               \
+        sp_v_dot_kq(T, WIDE, n, w, v, nr, y, ldy);                                         \
     }
-SP_V_KQ_FN(sp_v_row_q4_K, SP_Q4_K)
-SP_V_KQ_FN(sp_v_row_q5_K, SP_Q5_K)
-SP_V_KQ_FN(sp_v_row_q6_K, SP_Q6_K)
+SP_V_KQ_FN(sp_v_row_q4_K, SP_Q4_K, false)
+SP_V_KQ_FN(sp_v_row_q5_K, SP_Q5_K, false)
+SP_V_KQ_FN(sp_v_row_q6_K, SP_Q6_K, false)
+SP_V_KQ_FN(sp_z_row_q4_K, SP_Q4_K, true)
+SP_V_KQ_FN(sp_z_row_q5_K, SP_Q5_K, true)
+SP_V_KQ_FN(sp_z_row_q6_K, SP_Q6_K, true)
 
 /* ========================================================================
  * F16 / F32 weights against float rows
@@ -599,16 +656,31 @@ void sp_avx2_act_prepare(uint32_t wtype, const float *x, int64_t n, void *dst) {
 }
 
 /* Rows of 16 activation rows at a time; within a group, each weight row
- * once against all of them. */
-void sp_avx2_dot_rows(uint32_t wtype, int64_t n, const void *w, size_t w_stride, int64_t n_w,
-                      const void *act, size_t act_stride, int nr, float *y, size_t ldy) {
-    const sp_v_row_fn fn = sp_v_row_kernel(wtype);
+ * once against all of them, with row kernel fn. */
+static void sp_v_dot_rows(sp_v_row_fn fn, uint32_t wtype, int64_t n, const void *w, size_t w_stride, int64_t n_w,
+                          const void *act, size_t act_stride, int nr, float *y, size_t ldy) {
     sp_act_view v[16];
     for (int r0 = 0; r0 < nr; r0 += 16) {
         const int g = sp_act_views16(wtype, n, act, act_stride, r0, nr, v);
         float *yr = y + (size_t)r0 * ldy;
         for (int64_t o = 0; o < n_w; o++) fn(n, (const uint8_t *)w + (size_t)o * w_stride, v, g, yr + o, ldy);
     }
+}
+
+void sp_avx2_dot_rows(uint32_t wtype, int64_t n, const void *w, size_t w_stride, int64_t n_w,
+                      const void *act, size_t act_stride, int nr, float *y, size_t ldy) {
+    sp_v_dot_rows(sp_v_row_kernel(wtype), wtype, n, w, w_stride, n_w, act, act_stride, nr, y, ldy);
+}
+
+/* The AVX-512 level: K-quants on 512-bit registers (bit-identical), the
+ * rest as on AVX2.  Only reached after CPUID reported AVX-512 (cpu.c). */
+void sp_avx512_dot_rows(uint32_t wtype, int64_t n, const void *w, size_t w_stride, int64_t n_w,
+                        const void *act, size_t act_stride, int nr, float *y, size_t ldy) {
+    sp_v_row_fn fn = sp_v_row_kernel(wtype);
+    if (wtype == SP_Q4_K) fn = sp_z_row_q4_K;
+    else if (wtype == SP_Q5_K) fn = sp_z_row_q5_K;
+    else if (wtype == SP_Q6_K) fn = sp_z_row_q6_K;
+    sp_v_dot_rows(fn, wtype, n, w, w_stride, n_w, act, act_stride, nr, y, ldy);
 }
 
 SP_TARGET_END

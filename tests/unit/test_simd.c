@@ -529,6 +529,32 @@ static void test_packed_matmul(void **state) {
     }
 }
 
+/* The AVX-512 level's K-quant kernels (two sub-blocks a step) give the
+ * AVX2 kernels' results bit for bit: 1..17 rows (chunks of 4, 3, 2, 1),
+ * rows longer than one panel segment (4096 elements), all scale kinds. */
+static void test_kquant_avx512(void **state) {
+    (void)state;
+    if (!have_avx512()) { return; }
+    static const uint32_t kq[] = {SP_Q4_K, SP_Q5_K, SP_Q6_K};
+    const int64_t ns[] = {256, 768, 4352};
+    for (size_t k = 0; k < 3; k++) {
+        for (size_t ni = 0; ni < 3; ni++) {
+            for (int rows = 1; rows <= 17; rows += 2 + (int)ni) {
+                mm_case c;
+                mm_case_init(&c, kq[k], ns[ni], 12, rows, rows % 3, rows % 7, 1100 + 10 * k + ni);
+                const size_t ny = (size_t)rows * 12;
+                float *ya = malloc(ny * sizeof(float)), *yz = malloc(ny * sizeof(float));
+                mm_run(&c, SP_SIMD_AVX2, 1, c.x, rows, ya);
+                mm_run(&c, SP_SIMD_AVX512, 2, c.x, rows, yz);
+                if (memcmp(ya, yz, ny * sizeof(float)) != 0)
+                    fail_msg("%s n_in=%lld %d rows: avx512 != avx2", sp_dtype_name(c.t), (long long)ns[ni], rows);
+                free(ya); free(yz);
+                mm_case_free(&c);
+            }
+        }
+    }
+}
+
 /* sp_matmul_many gives each matrix exactly sp_matmul's output, at every
  * level and thread count: matrices that share one prepared activation
  * form (two Q4_1; Q5_0 and Q8_0), ones that need their own (Q4_0 beside
@@ -800,6 +826,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_pack_rows_slices, teardown),
         cmocka_unit_test_teardown(test_packed_matmul, teardown),
         cmocka_unit_test_teardown(test_matmul_many, teardown),
+        cmocka_unit_test_teardown(test_kquant_avx512, teardown),
         cmocka_unit_test_teardown(test_ops_simd_vs_scalar, teardown),
         cmocka_unit_test_teardown(test_geglu_all_f16, teardown),
         cmocka_unit_test_teardown(test_exp_accuracy, teardown),
