@@ -21,6 +21,8 @@
 #include "kernels/internal.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 /* Bytes from the start of scratch to the first 64-byte boundary. */
 static size_t sp_mm_align_pad(const void *p) { return (size_t)(-(uintptr_t)p & 63u); }
@@ -115,15 +117,15 @@ static void sp_mm_rows(const sp_mm_part *p, int n_rows, int64_t lo, int64_t hi) 
 static void sp_matmul_worker(void *ctx, int ith, int nth) {
     sp_matmul_job *job = ctx;
     const int nr = job->n_rows;
-    bool waited = false;
+    bool any_prep = false;
     for (int i = 0, seq = 0; i < job->n_parts; i++) {
         const sp_mm_part *p = &job->part[i];
         if (!p->prep) continue;
-        waited = true;
+        any_prep = true;
         for (int r = 0; r < nr; r++, seq++)
             if (seq % nth == ith) sp_mm_prepare(job, p, r);
     }
-    if (waited) {
+    if (any_prep) {
         atomic_fetch_add_explicit(&job->prepared, 1, memory_order_acq_rel);
         for (int spins = 0; atomic_load_explicit(&job->prepared, memory_order_acquire) < nth; spins++)
             sp_pool_relax(spins);
@@ -167,6 +169,13 @@ size_t sp_matmul_many_scratch_bytes(const sp_matrix *const *w, int n_mats, int n
 /* The call of sp_matmul_many with output strides ldy (NULL: n_out). */
 static void sp_mm_run(const sp_matrix *const *w, const float *x, int n_rows, float *const *y, const int64_t *ldy,
                       int n_mats, void *scratch, sp_pool *pool) {
+    /* A caller's bug, not bad input: stop rather than read x wrongly. */
+    for (int i = 0; i < n_mats; i++)
+        if (n_mats > SP_MATMUL_MAX || w[i]->n_in != w[0]->n_in) {
+            fprintf(stderr, "specula: sp_matmul_many: %d matrices (at most %d) of one n_in required\n", n_mats,
+                    SP_MATMUL_MAX);
+            abort();
+        }
     const sp_kfuncs *k = sp_kern();
     const int nth = sp_pool_size(pool);
     sp_matmul_job job = { .x = x, .n_rows = n_rows, .n_parts = n_mats };
