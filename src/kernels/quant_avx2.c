@@ -415,6 +415,19 @@ static void sp_v_unpack_q6_K(const sp_blk_q6_K *x, sp_kpanel *p, int k) {
     p->dmin[k] = 0.0f;
 }
 
+/* Accumulator a plus super-block k (block b of the row) of one activation
+ * row vr, from isum, its 8 int32 lanes of scaled products: the mins (or
+ * Q6_K's offset) taken off against the row's bsums, then the scales. */
+SP_AI __m256 sp_v_kq_scale(const sp_kpanel *p, int k, int64_t b, bool q6, const sp_act_view *vr, __m256i isum,
+                           __m256 vd, __m256 vm, __m256 a) {
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)(vr->bsums + 16 * b));
+    const __m256i imin = _mm256_madd_epi16(p->mn[k], bs);
+    const __m256 dx = _mm256_broadcast_ss(vr->d + b);
+    if (q6) return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, imin)), _mm256_mul_ps(vd, dx), a);
+    a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(vd, dx), a);
+    return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(vm, dx), a);
+}
+
 /* R rows over nk super-blocks of the panel; kb = index of the panel's
  * first block in the row.  Accumulators live in acc[] between segments. */
 SP_AI void sp_v_kq_chunk(const sp_kpanel *p, int nk, int64_t kb, bool q6, const sp_act_view *v,
@@ -432,16 +445,7 @@ SP_AI void sp_v_kq_chunk(const sp_kpanel *p, int nk, int64_t kb, bool q6, const 
                 const __m256i prod = _mm256_maddubs_epi16(p->q[8 * k + s], y);
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(prod, p->sc[8 * k + s]));
             }
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)(v[r].bsums + 16 * b));
-            const __m256i imin = _mm256_madd_epi16(p->mn[k], bs);
-            const __m256 dx = _mm256_broadcast_ss(v[r].d + b);
-            if (q6) {
-                isum = _mm256_sub_epi32(isum, imin);
-                a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(vd, dx), a[r]);
-            } else {
-                a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(vd, dx), a[r]);
-                a[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(vm, dx), a[r]);
-            }
+            a[r] = sp_v_kq_scale(p, k, b, q6, &v[r], isum, vd, vm, a[r]);
         }
     }
     SP_UNROLL for (int r = 0; r < R; r++) acc[r] = a[r];
@@ -468,17 +472,8 @@ SP_Z_TARGET SP_AI void sp_z_kq_chunk_r(const sp_kpanel *p, int nk, int64_t kb, b
                 const __m512i prod = _mm512_maddubs_epi16(_mm512_loadu_si512((const void *)&p->q[8 * k + 2 * s]), y);
                 isum = _mm512_add_epi32(isum, _mm512_madd_epi16(prod, _mm512_loadu_si512((const void *)&p->sc[8 * k + 2 * s])));
             }
-            __m256i is = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)(v[r].bsums + 16 * b));
-            const __m256i imin = _mm256_madd_epi16(p->mn[k], bs);
-            const __m256 dx = _mm256_broadcast_ss(v[r].d + b);
-            if (q6) {
-                is = _mm256_sub_epi32(is, imin);
-                a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(vd, dx), a[r]);
-            } else {
-                a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(vd, dx), a[r]);
-                a[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(vm, dx), a[r]);
-            }
+            const __m256i is = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+            a[r] = sp_v_kq_scale(p, k, b, q6, &v[r], is, vd, vm, a[r]);
         }
     }
     SP_UNROLL for (int r = 0; r < R; r++) acc[r] = a[r];
