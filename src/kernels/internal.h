@@ -163,12 +163,12 @@ static inline sp_act_view sp_act_split_view(uint32_t wtype, int64_t n, const voi
     return v;
 }
 
-/* Views of the prepared rows r0 .. r0 + 15 (fewer at the end of nr) at
- * act, rows act_stride bytes apart; returns how many (the kernels take
- * activation rows 16 at a time). */
-static inline int sp_act_views16(uint32_t wtype, int64_t n, const void *act, size_t act_stride, int r0, int nr,
-                                 sp_act_view v[16]) {
-    const int g = nr - r0 < 16 ? nr - r0 : 16;
+/* Views of the prepared rows r0 .. r0 + max - 1 (fewer at the end of nr)
+ * at act, rows act_stride bytes apart; returns how many (the kernels take
+ * activation rows 16 at a time, the K-quant ones 64). */
+static inline int sp_act_views(uint32_t wtype, int64_t n, const void *act, size_t act_stride, int r0, int nr,
+                               int max, sp_act_view *v) {
+    const int g = nr - r0 < max ? nr - r0 : max;
     for (int r = 0; r < g; r++)
         v[r] = sp_act_split_view(wtype, n, (const uint8_t *)act + (size_t)(r0 + r) * act_stride);
     return g;

@@ -154,7 +154,7 @@ void sp_avx512_dot_packed(uint32_t wtype, int64_t n, const void *w, size_t g_str
     const int64_t nb = n / SP_QK;
     sp_act_view v[16];
     for (int r0 = 0; r0 < nr; r0 += 16) {
-        const int g = sp_act_views16(wtype, n, act, act_stride, r0, nr, v);
+        const int g = sp_act_views(wtype, n, act, act_stride, r0, nr, 16, v);
         for (int64_t gi = 0; gi < n_groups; gi += 2) {
             const uint8_t *x0 = (const uint8_t *)w + (size_t)gi * g_stride;
             const bool two = gi + 1 < n_groups;

@@ -265,7 +265,7 @@ void SP_PK_DOT_PACKED(uint32_t wtype, int64_t n, const void *w, size_t g_stride,
     const int64_t nb = n / SP_QK;
     sp_act_view v[16];
     for (int r0 = 0; r0 < nr; r0 += 16) {
-        const int g = sp_act_views16(wtype, n, act, act_stride, r0, nr, v);
+        const int g = sp_act_views(wtype, n, act, act_stride, r0, nr, 16, v);
         for (int64_t gi = 0; gi < n_groups; gi++)
             sp_p_group(wtype, nb, (const uint8_t *)w + (size_t)gi * g_stride, v, g,
                        y + (size_t)r0 * ldy + (size_t)gi * SP_PACK_ROWS, ldy);

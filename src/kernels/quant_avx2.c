@@ -55,6 +55,9 @@ SP_TARGET_BEGIN("avx2,fma,f16c")
 
 /* Elements of a K-quant weight row unpacked at a time (stack panel). */
 #define SP_KSEG 4096
+/* Activation rows a K-quant row kernel takes at once (see sp_v_dot_rows). */
+#define SP_KQ_ROWS 64
+static inline bool sp_dtype_is_kquant(uint32_t t) { return t == SP_Q4_K || t == SP_Q5_K || t == SP_Q6_K; }
 
 /* ========================================================================
  * Small vector helpers
@@ -495,14 +498,14 @@ SP_AI void sp_v_kq_rows(bool wide, const sp_kpanel *p, int nk, int64_t kb, bool 
     else sp_v_kq_chunk(p, nk, kb, q6, v, acc, R);
 }
 
-/* nr <= 16 rows of one K-quant weight row, SP_KSEG elements at a time;
- * wide: the AVX-512 chunk kernel. */
+/* nr <= SP_KQ_ROWS rows of one K-quant weight row, SP_KSEG elements at a
+ * time; wide: the AVX-512 chunk kernel. */
 SP_AI void sp_v_dot_kq(const uint32_t t, const bool wide, int64_t n, const void *w, const sp_act_view *v, int nr,
                         float *y, size_t ldy) {
     const int64_t nb = n / SP_QK_K;
     const bool q6 = t == SP_Q6_K;
     sp_kpanel p;
-    __m256 acc[16];
+    __m256 acc[SP_KQ_ROWS];
     for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t kb = 0; kb < nb; kb += SP_KSEG / SP_QK_K) {
         const int nk = nb - kb < SP_KSEG / SP_QK_K ? (int)(nb - kb) : SP_KSEG / SP_QK_K;
@@ -654,9 +657,12 @@ void sp_avx2_act_prepare(uint32_t wtype, const float *x, int64_t n, void *dst) {
  * once against all of them, with row kernel fn. */
 static void sp_v_dot_rows(sp_v_row_fn fn, uint32_t wtype, int64_t n, const void *w, size_t w_stride, int64_t n_w,
                           const void *act, size_t act_stride, int nr, float *y, size_t ldy) {
-    sp_act_view v[16];
-    for (int r0 = 0; r0 < nr; r0 += 16) {
-        const int g = sp_act_views16(wtype, n, act, act_stride, r0, nr, v);
+    /* K-quant kernels unpack each weight row into a panel first: 64 rows
+     * share one unpacking (prefill), the others take 16 at a time. */
+    const int group = sp_dtype_is_kquant(wtype) ? SP_KQ_ROWS : 16;
+    sp_act_view v[SP_KQ_ROWS];
+    for (int r0 = 0; r0 < nr; r0 += group) {
+        const int g = sp_act_views(wtype, n, act, act_stride, r0, nr, group, v);
         float *yr = y + (size_t)r0 * ldy;
         for (int64_t o = 0; o < n_w; o++) fn(n, (const uint8_t *)w + (size_t)o * w_stride, v, g, yr + o, ldy);
     }

@@ -403,6 +403,31 @@ static void check_batch_invariance(sp_simd level, bool pack) {
     }
 }
 
+/* Prefill-sized calls: 70 rows at once (K-quant kernels take 64 rows per
+ * unpacked panel, the others 16) give every row exactly its single-row
+ * result, on every SIMD level. */
+static void test_batch_invariance_wide(void **state) {
+    (void)state;
+    static const uint32_t ts[] = {SP_Q4_K, SP_Q5_K, SP_Q6_K, SP_Q8_0};
+    const sp_simd levels[] = {SP_SIMD_AVX2, SP_SIMD_VNNI, SP_SIMD_AVX512};
+    const int rows = 70;
+    for (size_t k = 0; k < sizeof ts / sizeof *ts; k++) {
+        mm_case c;
+        mm_case_init(&c, ts[k], 512, 9, rows, 0, 0, 1300 + k);
+        float *one = malloc((size_t)rows * 9 * sizeof(float)), *many = malloc((size_t)rows * 9 * sizeof(float));
+        for (size_t li = 0; li < sizeof levels / sizeof *levels; li++) {
+            if (!sp_kernels_simd_supported(levels[li])) continue;
+            for (int r = 0; r < rows; r++) mm_run(&c, levels[li], 1, c.x + (size_t)r * 512, 1, one + r * 9);
+            mm_run(&c, levels[li], 2, c.x, rows, many);
+            if (memcmp(one, many, (size_t)rows * 9 * sizeof(float)) != 0)
+                fail_msg("%s %s: %d rows at once differ from single rows", sp_kernels_describe(),
+                         sp_dtype_name(ts[k]), rows);
+        }
+        free(one); free(many);
+        mm_case_free(&c);
+    }
+}
+
 static void test_batch_invariance_scalar(void **state) {
     (void)state;
     check_batch_invariance(SP_SIMD_SCALAR, false);
@@ -821,6 +846,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_matmul_long_rows, teardown),
         cmocka_unit_test_teardown(test_batch_invariance_scalar, teardown),
         cmocka_unit_test_teardown(test_batch_invariance_simd, teardown),
+        cmocka_unit_test_teardown(test_batch_invariance_wide, teardown),
         cmocka_unit_test_teardown(test_pack_shapes, teardown),
         cmocka_unit_test_teardown(test_pack_roundtrip, teardown),
         cmocka_unit_test_teardown(test_pack_rows_slices, teardown),
