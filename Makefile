@@ -34,7 +34,7 @@ CFLAGS_ALL := $(CSTD) $(WARN) $(INC) $(OPT) $(CFLAGS)
 LDFLAGS_ALL := $(OPT) $(LDFLAGS)
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/gguf/*.c src/kernels/*.c src/model/*.c \
-              src/tokenizer/*.c src/sample/*.c src/spec/*.c src/serve/*.c))
+              src/tokenizer/*.c src/sample/*.c src/speculative/*.c src/serve/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 MODEL_SRC := $(sort $(wildcard tests/model/test_*.c))

@@ -32,7 +32,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "sample/sample.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 #endif /* SPECULA_H */

@@ -18,7 +18,7 @@ inc=$(mktemp -d)
 trap 'rm -rf "$inc"' EXIT
 for h in pcre2.h; do [ -f "/usr/include/$h" ] && ln -s "/usr/include/$h" "$inc/$h"; done
 fail=0
-for f in src/base/*.c src/gguf/*.c src/kernels/*.c src/model/*.c src/tokenizer/*.c src/sample/*.c src/spec/*.c; do
+for f in src/base/*.c src/gguf/*.c src/kernels/*.c src/model/*.c src/tokenizer/*.c src/sample/*.c src/speculative/*.c; do
     if ! "$CC" -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
         -Iinclude -Isrc -I"$inc" -O2 -c -o /dev/null "$f"; then
         echo "check-aarch64: $f failed"

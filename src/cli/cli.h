@@ -10,7 +10,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "sample/sample.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 #define SP_EXIT_FAIL 1

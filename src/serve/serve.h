@@ -28,7 +28,7 @@
 
 #include "base/base.h"
 #include "sample/sample.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 /* ==========================================================================

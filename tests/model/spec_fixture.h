@@ -8,7 +8,7 @@
 #define SP_SPEC_FIXTURE_H
 
 #include "test_util.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct run_out {

@@ -4,7 +4,7 @@
  * tokens; and where the split is at a word boundary it agrees with
  * tokenizing the whole text. */
 #include "test_util.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 static const char *const texts[] = {
     "The quick brown fox jumps over the lazy dog. It was a bright cold day in April.",

@@ -4,7 +4,7 @@
  * hand-checked proposals, tree shape, the drafter through the seam (local
  * vs engine-wide candidates), checkpoints, and concurrent drafts. */
 #include "test_util.h"
-#include "spec/suffix_internal.h"
+#include "speculative/suffix_internal.h"
 
 #include <pthread.h>
 

@@ -21,7 +21,7 @@
  * Drafts are only proposals, so none of this affects the output; it only
  * decides how many are accepted.
  */
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
  * is a plain step, so a request never runs slower than plain decoding by
  * more than the cost of the rounds that taught it so.
  */
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * rows), the batched forward (the caller's), sp_seq_finish (accept walk,
  * cache compaction, commit).  Prompts are prefilled through the same
  * phases in chunks. */
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #include <stdlib.h>
 #include <string.h>

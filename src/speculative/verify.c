@@ -2,7 +2,7 @@
  * draft token x ~ q with probability min(1, p(x)/q(x)), otherwise draw from
  * the residual norm(max(0, p - q)).  The emitted token is distributed
  * exactly as p. */
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 int32_t sp_verify_specsample(const sp_cand *p, int n_p, const float *q, int n_vocab, int32_t x,
                              double u_acc, double u_res, bool *accepted) {

@@ -1,6 +1,6 @@
 /* The depth-bounded suffix trie behind the `suffix` drafter; see
  * suffix_internal.h for what it stores and guarantees. */
-#include "spec/suffix_internal.h"
+#include "speculative/suffix_internal.h"
 
 #include <assert.h>
 #include <stdio.h>

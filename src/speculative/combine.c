@@ -8,7 +8,7 @@
  * winner) and gets it as its feed the next time it is asked.  So a model
  * drafter pays for the tokens it missed only when it is needed.
  */
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* The drafter seam: generic entry points, capability checks, checkpoint
  * namespaces, and creation by name. */
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #include <stdio.h>
 #include <stdlib.h>

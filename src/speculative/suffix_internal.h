@@ -1,6 +1,6 @@
 /*
  * suffix_internal.h — the depth-bounded suffix trie behind the `suffix`
- * drafter (SuffixDecoding).  Internal to src/spec/; the unit tests include
+ * drafter (SuffixDecoding).  Internal to src/speculative/; the unit tests include
  * it to check the structure against brute force.  Nothing else should.
  *
  * What it stores.  A trie holds one or more token sequences.  For every
@@ -53,7 +53,7 @@
 #ifndef SP_SPEC_SUFFIX_INTERNAL_H
 #define SP_SPEC_SUFFIX_INTERNAL_H
 
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #define SP_SFX_MAX_DEPTH 512          /* largest max_depth accepted */
 #define SP_SFX_MAX_WIDTH 8            /* largest tree width accepted */

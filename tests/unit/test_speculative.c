@@ -3,7 +3,7 @@
  * the speculative-sampling verifier (statistically), the adaptive
  * controller and statistics. */
 #include "test_util.h"
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #include <math.h>
 

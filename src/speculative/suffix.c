@@ -21,7 +21,7 @@
  * restore rebuilds the request's trie from it.  The engine-wide trie is
  * not part of a request's state and is never checkpointed.
  */
-#include "spec/suffix_internal.h"
+#include "speculative/suffix_internal.h"
 
 #include <pthread.h>
 #include <stdio.h>

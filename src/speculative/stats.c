@@ -1,5 +1,5 @@
 /* Speculation statistics. */
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #include <stdio.h>
 #include <string.h>

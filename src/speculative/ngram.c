@@ -18,7 +18,7 @@
  * max_n / W tokens), merged where they share a prefix.  Every slot keeps
  * the chain of its k-gram's occurrences (first, next, ..., last) for that.
  */
-#include "spec/spec.h"
+#include "speculative/speculative.h"
 
 #include <stdio.h>
 #include <stdlib.h>
