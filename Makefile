@@ -34,7 +34,7 @@ CFLAGS_ALL := $(CSTD) $(WARN) $(INC) $(OPT) $(CFLAGS)
 LDFLAGS_ALL := $(OPT) $(LDFLAGS)
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/gguf/*.c src/kernels/*.c src/model/*.c \
-              src/tokenizer/*.c src/sample/*.c src/speculative/*.c src/serve/*.c))
+              src/tokenizer/*.c src/sample/*.c src/speculative/*.c src/engine/*.c src/serve/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 MODEL_SRC := $(sort $(wildcard tests/model/test_*.c))
@@ -68,6 +68,11 @@ $(O)/specula: $(CLI_OBJ) $(O)/libspecula.a
 $(O)/tests/%: tests/unit/%.c $(O)/libspecula.a tests/unit/test_util.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(O)/libspecula.a $(LIBS) $(TEST_LIBS)
+
+# the public API's test sees include/ only: proof that specula.h is self-contained
+$(O)/tests/test_public_api: tests/model/test_public_api.c $(O)/libspecula.a include/specula.h tests/unit/test_util.h
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) -Iinclude $(OPT) $(CFLAGS) -Itests/unit -o $@ $< $(O)/libspecula.a $(LIBS) $(TEST_LIBS)
 
 $(O)/tests/%: tests/model/%.c $(O)/libspecula.a tests/unit/test_util.h
 	@mkdir -p $(@D)

@@ -163,36 +163,45 @@ typedef struct collect {
     sp_tokens out;
 } collect;
 
-static sp_emit_result on_tok(void *ud, int32_t t, bool drafted) {
-    (void)drafted;
+static sp_emit_result on_tok(void *ud, int32_t t, bool drafted, const float *logits) {
+    (void)drafted; (void)logits;
     collect *c = ud;
     sp_tokens_push(&c->out, t);
     return sp_tokenizer_is_eog(c->tok, t) ? SP_EMIT_STOP : SP_EMIT_CONTINUE;
 }
 
-static int run_once(const sp_engine *e, sp_drafter *drafter, const bench_opts *o,
-                    const sp_cost_curve *cost, const prompt *p, int max_tokens, sp_spec_stats *st,
-                    sp_tokens *out, sp_err *err) {
-    sp_sampler_params sp = sp_sampler_defaults();
-    sp.temperature = o->temp;
-    sp.seed = o->seed;
-    if (o->temp > 0) { sp.top_k = 40; sp.top_p = 0.95f; sp.min_p = 0.05f; }
-    sp_sampler *smp = sp_sampler_create(&sp, e->model->hp.n_vocab);
-    sp_kv *kv = sp_kv_create(e->model, p->toks.n + max_tokens + 1);
-    sp_target t = sp_target_full(e->model, e->tok, &sp);
-    sp_draft *d = drafter ? sp_draft_open(drafter, &t, err) : NULL;
-    int rc = -1;
-    if (drafter && !d) goto done;
+/* One generation of prompt p in the engine's context (one slot). */
+static int run_once(const sp_engine *e, sp_drafter *drafter, const bench_opts *o, const sp_tokens *p,
+                    int max_tokens, sp_spec_stats *st, sp_tokens *out, sp_err *err) {
+    sp_seq_params sq = sp_seq_default_params();
+    sq.sampling.temperature = o->temp;
+    sq.sampling.seed = o->seed;
+    if (o->temp > 0) { sq.sampling.top_k = 40; sq.sampling.top_p = 0.95f; sq.sampling.min_p = 0.05f; }
+    sq.prompt = p->ids;
+    sq.n_prompt = p->n;
+    sq.max_tokens = max_tokens;
+    sq.drafter = drafter;
+    sq.draft_max = o->draft_max;
     collect c = { e->tok, { 0 } };
-    sp_gen_config cfg = { .max_tokens = max_tokens, .draft_max = drafter ? o->draft_max : 0, .cost = cost };
-    sp_finish fin;
-    rc = sp_generate(e->model, kv, e->ws, smp, d, &cfg, p->toks.ids, p->toks.n, on_tok, &c, st, &fin, err);
-    if (out) *out = c.out;
+    sq.emit = on_tok;
+    sq.ud = &c;
+    const int rc = sp_ctx_generate(e->ctx, &sq, st, NULL, err);
+    if (out && !rc) *out = c.out;
     else sp_tokens_free(&c.out);
-done:
-    sp_draft_close(d);
-    sp_kv_free(kv);
-    sp_sampler_free(smp);
+    return rc;
+}
+
+/* The warm-up prompt: outside every prompt set, so drafters that learn
+ * across requests (suffix's engine-wide trie) learn nothing about the
+ * measured prompts from it. */
+static int warmup_prompt(const sp_engine *e, sp_tokens *out, sp_err *err) {
+    const sp_chat_msg msg = { "user", "Count from one to twenty in words, separated by commas." };
+    char defsys[1024], *text = NULL;
+    const char *sys = sp_chat_default_system(e->model->gguf, defsys, sizeof defsys);
+    const sp_chat_format fmt = sp_chat_detect(e->model->gguf);
+    if (sp_chat_render(fmt, &msg, 1, true, sys, &text, err)) return -1;
+    const int rc = sp_tokenize(e->tok, text, strlen(text), sp_tokenizer_add_bos(e->tok), true, out, err);
+    free(text);
     return rc;
 }
 
@@ -405,18 +414,20 @@ int sp_cmd_bench(int argc, char **argv) {
     result *res = NULL;
     int np = 0, rc = SP_EXIT_FAIL;
     const int nm = o.n_methods;
-    sp_cost_curve cost;
+    const sp_cost_curve *cost;
+    sp_tokens warm = { 0 };
     if (sp_engine_open(&eo, &e, &err)) { fprintf(stderr, "specula bench: %s\n", err.msg); goto out_free; }
     for (int m = 1; m < o.n_methods; m++)
         if (!(drafters[m] = sp_engine_drafter(&e, o.methods[m], &o.spec, &err))) goto fail;
     if (load_prompts(&o, &e, ps, &np, &err)) goto fail;
-    if (o.draft_max == SP_DRAFT_ADAPTIVE && sp_cost_get(e.model, e.ws, e.threads, &cost, &err)) goto fail;
+    if (o.draft_max == SP_DRAFT_ADAPTIVE && sp_ctx_cost(e.ctx, &cost, &err)) goto fail;
+    if (warmup_prompt(&e, &warm, &err)) goto fail;
 
-    /* warm-up: the first prompt, short, every method */
+    /* warm-up: a prompt outside the set, short, every method */
     for (int w = 0; w < o.warmup; w++)
         for (int m = 0; m < o.n_methods; m++) {
             sp_spec_stats st;
-            if (run_once(&e, drafters[m], &o, &cost, &ps[0], 16, &st, NULL, &err)) goto fail;
+            if (run_once(&e, drafters[m], &o, &warm, 16, &st, NULL, &err)) goto fail;
         }
 
     res = sp_xcalloc((size_t)np * nm, sizeof *res);
@@ -434,7 +445,7 @@ int sp_cmd_bench(int argc, char **argv) {
                 result *R = &res[i * nm + m];
                 sp_spec_stats st;
                 sp_tokens out = { 0 };
-                if (run_once(&e, drafters[m], &o, &cost, &ps[i], ps[i].max_tokens, &st, &out, &err)) goto fail;
+                if (run_once(&e, drafters[m], &o, &ps[i].toks, ps[i].max_tokens, &st, &out, &err)) goto fail;
                 R->tps[r] = sp_stats_decode_tps(&st);
                 R->secs[r] = sp_ns_to_s(st.total_ns);
                 sp_stats_add(&R->stats, &st);
@@ -543,6 +554,7 @@ out:
         for (int i = 0; i < np * nm; i++) { free(res[i].tps); free(res[i].secs); }
     free(res);
     for (int i = 0; i < np; i++) { free(ps[i].id); free(ps[i].category); sp_tokens_free(&ps[i].toks); }
+    sp_tokens_free(&warm);
     sp_engine_close(&e);
 out_free:
     free(ps);

@@ -7,6 +7,7 @@
 #define SP_CLI_H
 
 #include "base/base.h"
+#include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "sample/sample.h"
@@ -56,12 +57,13 @@ int sp_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(
 int sp_resolve_model(const char *name_or_path, char *buf, size_t cap, sp_err *err);
 const char *sp_default_model(void);
 
-/* Common engine options shared by run / perplexity / bench. */
+/* Common engine options shared by run / perplexity / bench / serve. */
 typedef struct sp_engine_opts {
     const char *model;
     int threads;             /* 0 = physical cores */
-    int ctx;                 /* context size in tokens (0 = min(4096, trained)) */
+    int ctx;                 /* context size in tokens per slot (0 = min(4096, trained)) */
     int batch;               /* max rows per forward pass (prefill chunk) */
+    int slots;               /* sequences at once (0 = 1; serve: --parallel) */
 } sp_engine_opts;
 /* Parses one common option at a->i if it is one; returns 1 consumed,
  * 0 not a common option, -1 bad value. */
@@ -94,10 +96,12 @@ int sp_spec_opt(sp_args *a, sp_spec_cli *o);
     "      --draft-min-prob P  draft/self: stop drafting below this draft probability\n" \
     "      --self-layers LIST  self: target layers the draft keeps, e.g. 0-14,29\n"
 
-/* A loaded model with its tokenizer, pool and workspace. */
+/* What a command opens: a model, its tokenizer and a batch-engine context
+ * over them (src/engine; pool and ws are the context's, borrowed). */
 typedef struct sp_engine {
     sp_model *model;
     sp_tokenizer *tok;
+    sp_ctx *ctx;
     sp_pool *pool;
     sp_workspace *ws;
     int n_ctx;

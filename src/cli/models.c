@@ -1,4 +1,4 @@
-/* Model names, paths and opening an engine. */
+/* Model names, paths, and opening a model with its batch-engine context. */
 #include "cli/cli.h"
 
 #include <stdio.h>
@@ -59,16 +59,21 @@ int sp_engine_open(const sp_engine_opts *o, sp_engine *e, sp_err *err) {
         sp_engine_close(e);
         return -1;
     }
-    e->threads = o->threads > 0 ? o->threads : sp_physical_cores();
-    e->n_ctx = o->ctx > 0 ? o->ctx : (e->model->hp.n_ctx_train < 4096 ? e->model->hp.n_ctx_train : 4096);
-    e->pool = sp_pool_create(e->threads);
-    e->ws = sp_workspace_create(e->model, o->batch > 0 ? o->batch : 256, e->pool);
+    sp_ctx_params cp = sp_ctx_default_params();
+    cp.n_slots = o->slots > 0 ? o->slots : 1;
+    cp.n_ctx = o->ctx;
+    cp.batch_rows = o->batch;
+    cp.threads = o->threads;
+    if (!(e->ctx = sp_ctx_create(e->model, e->tok, &cp, err))) { sp_engine_close(e); return -1; }
+    e->threads = sp_ctx_threads(e->ctx);
+    e->n_ctx = sp_ctx_n_ctx(e->ctx);
+    e->pool = sp_ctx_pool(e->ctx);
+    e->ws = sp_ctx_workspace(e->ctx);
     return 0;
 }
 
 void sp_engine_close(sp_engine *e) {
-    sp_workspace_free(e->ws);
-    sp_pool_free(e->pool);
+    sp_ctx_free(e->ctx);
     sp_tokenizer_free(e->tok);
     sp_model_free(e->model);
     memset(e, 0, sizeof *e);

@@ -56,8 +56,8 @@ static void print_released(run_state *r, bool final) {
     fflush(stdout);
 }
 
-static sp_emit_result on_token(void *ud, int32_t tok, bool drafted) {
-    (void)drafted;
+static sp_emit_result on_token(void *ud, int32_t tok, bool drafted, const float *logits) {
+    (void)drafted; (void)logits;
     run_state *r = ud;
     if (!r->ignore_eos && sp_tokenizer_is_eog(r->tok, tok)) return SP_EMIT_STOP;
     char buf[512];
@@ -146,10 +146,6 @@ int sp_cmd_run(int argc, char **argv) {
     char *file_text = NULL, *rendered = NULL;
     sp_engine e;
     sp_tokens toks = { 0 };
-    sp_sampler *smp = NULL;
-    sp_kv *kv = NULL;
-    sp_draft *draft = NULL;
-    sp_cost_curve cost;
     int rc = SP_EXIT_FAIL;
     if (file && !(prompt = file_text = read_file(file, &err))) goto fail;
     if (sp_engine_open(&eo, &e, &err)) goto fail;
@@ -181,24 +177,22 @@ int sp_cmd_run(int argc, char **argv) {
         sp_err_set(&err, "the prompt has %d tokens, the context holds %d (raise -c)", toks.n, e.n_ctx);
         goto fail_engine;
     }
-    if (sp_sampler_validate(&sp, e.model->hp.n_vocab, &err)) goto fail_engine;
-    smp = sp_sampler_create(&sp, e.model->hp.n_vocab);
-    for (int i = 0; i < toks.n; i++) sp_sampler_accept(smp, toks.ids[i]);
-    kv = sp_kv_create(e.model, e.n_ctx);
     if (!quiet)
         fprintf(stderr, "specula: %s (%s), %d threads, ctx %d, seed %llu\n", e.model->name,
                 sp_arch_name(e.model->hp.arch), e.threads, e.n_ctx, (unsigned long long)sp.seed);
-    if (drafter) {
-        sp_target tgt = sp_target_full(e.model, e.tok, &sp);
-        if (!(draft = sp_draft_open(drafter, &tgt, &err))) goto fail_engine;
-        if (so.draft_max == SP_DRAFT_ADAPTIVE && sp_cost_get(e.model, e.ws, e.threads, &cost, &err))
-            goto fail_engine;
-    }
-    sp_gen_config cfg = { .max_tokens = n_predict, .draft_max = drafter ? so.draft_max : 0, .cost = &cost };
+    sp_seq_params p = sp_seq_default_params();
+    p.prompt = toks.ids;
+    p.n_prompt = toks.n;
+    p.max_tokens = n_predict;
+    p.sampling = sp;
+    p.penalize_prompt = true;        /* as llama.cpp: penalties see the prompt too */
+    p.drafter = drafter;
+    p.draft_max = so.draft_max;
+    p.emit = on_token;
+    p.ud = &r;
     sp_spec_stats st;
     sp_finish fin;
-    if (sp_generate(e.model, kv, e.ws, smp, draft, &cfg, toks.ids, toks.n, on_token, &r, &st, &fin, &err))
-        goto fail_engine;
+    if (sp_ctx_generate(e.ctx, &p, &st, &fin, &err)) goto fail_engine;
     if (!r.stopped) {
         char buf[64];
         size_t n = sp_detok_flush(&r.detok, buf, sizeof buf);
@@ -221,9 +215,6 @@ int sp_cmd_run(int argc, char **argv) {
     }
     rc = 0;
 fail_engine:
-    sp_draft_close(draft);
-    sp_kv_free(kv);
-    sp_sampler_free(smp);
     sp_tokens_free(&toks);
     free(rendered);
     sp_engine_close(&e);

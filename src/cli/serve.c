@@ -52,7 +52,7 @@ static int serve_opt(sp_args *a, serve_args *s) {
     if (sp_arg_is(a, "--port")) return sp_arg_int(a, 0, 65535, &o->port) ? 1 : -1;
     if (sp_arg_is(a, "--api-key")) return sp_arg_str(a, &o->api_key) ? 1 : -1;
     if (sp_arg_is(a, "--alias")) return sp_arg_str(a, &s->alias) ? 1 : -1;
-    if (sp_arg_is(a, "--parallel|-np")) return sp_arg_int(a, 1, 256, &o->parallel) ? 1 : -1;
+    if (sp_arg_is(a, "--parallel|-np")) return sp_arg_int(a, 1, 256, &s->eo.slots) ? 1 : -1;
     if (sp_arg_is(a, "--queue")) return sp_arg_int(a, 1, 65536, &o->queue_max) ? 1 : -1;
     if (sp_arg_is(a, "--max-body")) {
         if (!sp_arg_int(a, 1024, 1 << 30, &bytes)) return -1;
@@ -80,11 +80,11 @@ static void model_id(const serve_args *s, char *buf, size_t cap) {
 
 /* Serves until SIGINT or SIGTERM (blocked in every thread, taken here). */
 static int serve_until_signal(sp_engine *e, serve_args *s, const sigset_t *sigs, sp_err *err) {
-    sp_server *srv = sp_server_start(e->model, e->tok, e->ws, &s->so, err);
+    sp_server *srv = sp_server_start(e->ctx, &s->so, err);
     if (!srv) return -1;
     fprintf(stderr, "specula serve: listening on http://%s:%d (model %s, %d threads, parallel %d, ctx %d, "
-            "spec %s)\n", s->so.host, sp_server_port(srv), s->so.model_id, e->threads, s->so.parallel,
-            s->so.n_ctx, s->so.spec_default);
+            "spec %s)\n", s->so.host, sp_server_port(srv), s->so.model_id, e->threads,
+            sp_ctx_n_slots(e->ctx), e->n_ctx, s->so.spec_default);
     int sig = 0;
     sigwait(sigs, &sig);
     fprintf(stderr, "specula serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -97,6 +97,7 @@ static int parse_serve_args(int argc, char **argv, serve_args *s) {
     memset(s, 0, sizeof *s);
     sp_spec_cli_init(&s->spec);
     s->so = sp_server_defaults();
+    s->eo.slots = 4;
     s->so.spec_default = "ngram";
     s->so.api_key = getenv("SPECULA_API_KEY");
     if (s->so.api_key && !*s->so.api_key) s->so.api_key = NULL;
@@ -160,13 +161,12 @@ int sp_cmd_serve(int argc, char **argv) {
     char id[256];
     model_id(&s, id, sizeof id);
     s.so.model_id = id;
-    s.so.n_ctx = e.n_ctx;
-    s.so.batch_rows = s.eo.batch > 0 ? s.eo.batch : 256;
     s.so.drafters = drafters;
     s.so.n_drafters = n_drafters;
-    sp_cost_curve cost;
-    if (sp_cost_get(e.model, e.ws, e.threads, &cost, &err)) goto close;
-    s.so.cost = &cost;
+    /* adaptive draft lengths need t(K): measure it (or read it) before
+     * the first request rather than during it */
+    const sp_cost_curve *cost;
+    if (sp_ctx_cost(e.ctx, &cost, &err)) goto close;
     if (serve_until_signal(&e, &s, &sigs, &err) == 0) rc = 0;
 close:
     for (int i = 0; i < n_drafters; i++) sp_drafter_free(drafters[i]);

@@ -43,8 +43,8 @@ typedef struct calib {
     int n_prompt;
 } calib;
 
-static sp_emit_result collect_tok(void *ud, int32_t t, bool d) {
-    (void)d;
+static sp_emit_result collect_tok(void *ud, int32_t t, bool d, const float *logits) {
+    (void)d; (void)logits;
     sp_tokens_push(ud, t);
     return SP_EMIT_CONTINUE;
 }
@@ -126,7 +126,7 @@ static void layers_string(const uint8_t *keep, int L, char *buf, size_t cap) {
 /* Measured decode speedup of self-speculation with `keep` on the
  * calibration prompts (plain and self interleaved, greedy). */
 static double measure(const sp_engine *e, const uint8_t *keep, const calib *c, int nc, int tokens,
-                      const sp_cost_curve *cost, sp_err *err) {
+                      sp_err *err) {
     const int L = e->model->hp.n_layer;
     uint8_t *skip = sp_xmalloc((size_t)L);
     for (int i = 0; i < L; i++) skip[i] = !keep[i];
@@ -137,20 +137,17 @@ static double measure(const sp_engine *e, const uint8_t *keep, const calib *c, i
     double t_plain = 0, t_self = 0;
     for (int i = 0; i < nc; i++) {
         for (int mode = 0; mode < 2; mode++) {
-            sp_sampler_params sp = sp_sampler_defaults();
-            sp_sampler *smp = sp_sampler_create(&sp, e->model->hp.n_vocab);
-            sp_kv *kv = sp_kv_create(e->model, c[i].n_prompt + tokens + 2);
-            sp_target t = sp_target_full(e->model, e->tok, &sp);
-            sp_draft *dr = mode ? sp_draft_open(d, &t, err) : NULL;
-            sp_gen_config cfg = { .max_tokens = tokens, .draft_max = mode ? SP_DRAFT_ADAPTIVE : 0, .cost = cost };
             sp_tokens out = { 0 };
+            sp_seq_params p = sp_seq_default_params();
+            p.prompt = c[i].seq.ids;
+            p.n_prompt = c[i].n_prompt;
+            p.max_tokens = tokens;
+            p.drafter = mode ? d : NULL;
+            p.emit = collect_tok;
+            p.ud = &out;
             sp_spec_stats st;
-            int rc = sp_generate(e->model, kv, e->ws, smp, dr, &cfg, c[i].seq.ids, c[i].n_prompt,
-                                 collect_tok, &out, &st, NULL, err);
+            const int rc = sp_ctx_generate(e->ctx, &p, &st, NULL, err);
             sp_tokens_free(&out);
-            sp_draft_close(dr);
-            sp_kv_free(kv);
-            sp_sampler_free(smp);
             if (rc) { sp_drafter_free(d); return -1; }
             *(mode ? &t_self : &t_plain) += sp_ns_to_s(st.total_ns);
         }
@@ -185,23 +182,22 @@ int sp_cmd_tune_self(int argc, char **argv) {
     float *logits = sp_alloc_aligned((size_t)32 * V * sizeof(float));
     uint8_t *keep = sp_xmalloc((size_t)L), *skip = sp_xmalloc((size_t)L), *best_keep = sp_xmalloc((size_t)L);
     sp_workspace *ws = sp_workspace_create(e.model, 64, e.pool);
-    sp_cost_curve cost;
-    if (sp_cost_get(e.model, e.ws, e.threads, &cost, &err)) goto done;
+    const sp_cost_curve *cost;
+    if (sp_ctx_cost(e.ctx, &cost, &err)) goto done;
 
     /* calibration sequences */
     sp_bench_prompt *bp = NULL;
     int nbp = 0;
     if (sp_bench_load(prompts, &e, limit, &bp, &nbp, &err)) goto done;
     for (int i = 0; i < nbp; i++) {
-        sp_sampler_params sp = sp_sampler_defaults();
-        sp_sampler *smp = sp_sampler_create(&sp, V);
-        sp_kv *kv = sp_kv_create(e.model, bp[i].toks.n + tokens + 2);
-        sp_gen_config cfg = { .max_tokens = tokens };
         sp_tokens out = { 0 };
-        int r = sp_generate(e.model, kv, e.ws, smp, NULL, &cfg, bp[i].toks.ids, bp[i].toks.n, collect_tok, &out,
-                            NULL, NULL, &err);
-        sp_kv_free(kv);
-        sp_sampler_free(smp);
+        sp_seq_params p = sp_seq_default_params();
+        p.prompt = bp[i].toks.ids;
+        p.n_prompt = bp[i].toks.n;
+        p.max_tokens = tokens;
+        p.emit = collect_tok;
+        p.ud = &out;
+        const int r = sp_ctx_generate(e.ctx, &p, NULL, NULL, &err);
         if (r) { sp_tokens_free(&out); sp_bench_free(bp, nbp); goto done; }
         for (int j = 0; j < bp[i].toks.n; j++) sp_tokens_push(&c[nc].seq, bp[i].toks.ids[j]);
         for (int j = 0; j < out.n; j++) sp_tokens_push(&c[nc].seq, out.ids[j]);
@@ -256,7 +252,7 @@ int sp_cmd_tune_self(int argc, char **argv) {
         if (ag < 0) { free(order); goto done; }
         const double cost_ratio = (t_none + per_layer * kept) / t_full;
         int n;
-        double est = est_speedup(ag, cost_ratio, &cost, &n);
+        double est = est_speedup(ag, cost_ratio, cost, &n);
         char ls[512];
         layers_string(keep, L, ls, sizeof ls);
         fprintf(stderr, "tune-self: keep %2d layers (%s): agreement %.3f, draft cost %.2f, estimated %.2fx (n=%d)\n",
@@ -280,7 +276,7 @@ int sp_cmd_tune_self(int argc, char **argv) {
     /* measure the candidates for real */
     double best_meas = 0;
     for (int i = 0; i < n_top; i++) {
-        double m = measure(&e, top[i].keep, c, nc, tokens, &cost, &err);
+        double m = measure(&e, top[i].keep, c, nc, tokens, &err);
         if (m < 0) goto done;
         char ls[512];
         layers_string(top[i].keep, L, ls, sizeof ls);

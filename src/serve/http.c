@@ -24,8 +24,10 @@
 
 struct sp_server {
     sp_server_opts o;
+    sp_ctx *ctx;                     /* borrowed; the scheduler thread steps it */
     const sp_model *m;
     const sp_tokenizer *tok;
+    int parallel, n_ctx;             /* the context's slots and tokens per slot */
     sp_metrics *mx;
     sp_sched *sched;
     struct MHD_Daemon *d;
@@ -134,10 +136,10 @@ static json_t *model_object(const sp_server *s) {
     json_t *meta = json_object();
     json_object_set_new(meta, "name", sp_json_text(s->m->name, strlen(s->m->name)));
     json_object_set_new(meta, "arch", json_string(sp_arch_name(s->m->hp.arch)));
-    json_object_set_new(meta, "n_ctx", json_integer(s->o.n_ctx));
+    json_object_set_new(meta, "n_ctx", json_integer(s->n_ctx));
     json_object_set_new(meta, "n_ctx_train", json_integer(s->m->hp.n_ctx_train));
     json_object_set_new(meta, "n_vocab", json_integer(s->m->hp.n_vocab));
-    json_object_set_new(meta, "parallel", json_integer(s->o.parallel));
+    json_object_set_new(meta, "parallel", json_integer(s->parallel));
     json_object_set_new(meta, "speculative_default", json_string(s->o.spec_default));
     json_t *methods = json_array();
     json_array_append_new(methods, json_string("none"));
@@ -231,16 +233,16 @@ static int prompt_tokens(sp_server *s, const sp_req *q, sp_tokens *out, sp_api_e
 static int fit_context(const sp_server *s, const sp_req *q, int n_prompt, int *max_tokens, sp_api_err *e) {
     const char *param = q->kind == SP_API_CHAT ? "messages" : "prompt";
     if (n_prompt == 0) return sp_api_fail(e, 400, "invalid_request_error", NULL, param, "The prompt is empty.");
-    if (n_prompt >= s->o.n_ctx)
+    if (n_prompt >= s->n_ctx)
         return sp_api_fail(e, 400, "invalid_request_error", "context_length_exceeded", param,
                            "This model's maximum context length is %d tokens. However, your prompt has %d tokens.",
-                           s->o.n_ctx, n_prompt);
-    if (q->max_tokens > 0 && (int64_t)n_prompt + q->max_tokens > s->o.n_ctx)
+                           s->n_ctx, n_prompt);
+    if (q->max_tokens > 0 && (int64_t)n_prompt + q->max_tokens > s->n_ctx)
         return sp_api_fail(e, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
                            "This model's maximum context length is %d tokens. However, you requested %lld tokens "
-                           "(%d in the prompt, %d for the completion).", s->o.n_ctx,
+                           "(%d in the prompt, %d for the completion).", s->n_ctx,
                            (long long)n_prompt + q->max_tokens, n_prompt, q->max_tokens);
-    *max_tokens = q->max_tokens > 0 ? q->max_tokens : s->o.n_ctx - n_prompt;
+    *max_tokens = q->max_tokens > 0 ? q->max_tokens : s->n_ctx - n_prompt;
     return 0;
 }
 
@@ -263,10 +265,6 @@ static int speculation(const sp_server *s, const sp_req *q, sp_job_cfg *c, sp_ap
                            "Unknown speculative method '%s' (this server offers: %s).", method, names);
     }
     c->draft_max = q->draft_max != SP_REQ_DRAFT_DEFAULT ? q->draft_max : s->o.draft_max_default;
-    c->cost = s->o.cost;
-    if (c->drafter && c->draft_max == SP_DRAFT_ADAPTIVE && !s->o.cost)
-        return sp_api_fail(e, 400, "invalid_request_error", NULL, "speculative.draft_max",
-                           "Adaptive draft lengths are not available on this server; give a number.");
     return 0;
 }
 
@@ -601,16 +599,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
  * ------------------------------------------------------------------------- */
 
 sp_server_opts sp_server_defaults(void) {
-    return (sp_server_opts){ .host = "127.0.0.1", .port = 8080, .model_id = "specula", .parallel = 4,
-                             .n_ctx = 4096, .batch_rows = 256, .queue_max = 64, .max_body = 1 << 20,
+    return (sp_server_opts){ .host = "127.0.0.1", .port = 8080, .model_id = "specula",
+                             .queue_max = 64, .max_body = 1 << 20,
                              .timeout_s = 600, .shutdown_timeout_s = 10, .spec_default = "none",
                              .draft_max_default = SP_DRAFT_ADAPTIVE };
 }
 
 static int check_opts(const sp_server_opts *o, sp_err *err) {
-    if (o->parallel < 1 || o->parallel > 256) return sp_err_set(err, "serve: parallel must be 1..256");
-    if (o->n_ctx < 8) return sp_err_set(err, "serve: the context must hold at least 8 tokens");
-    if (o->batch_rows < 1) return sp_err_set(err, "serve: batch rows must be >= 1");
     if (o->queue_max < 1) return sp_err_set(err, "serve: the queue must hold at least 1 request");
     if (o->port < 0 || o->port > 65535) return sp_err_set(err, "serve: port %d out of range", o->port);
     if (!o->model_id || !*o->model_id) return sp_err_set(err, "serve: empty model id");
@@ -633,13 +628,24 @@ static int resolve(sp_server *s, sp_err *err) {
     return 0;
 }
 
-sp_server *sp_server_start(const sp_model *m, const sp_tokenizer *tok, sp_workspace *ws,
-                           const sp_server_opts *o, sp_err *err) {
+sp_server *sp_server_start(sp_ctx *ctx, const sp_server_opts *o, sp_err *err) {
     if (check_opts(o, err)) return NULL;
+    if (sp_ctx_n_slots(ctx) > 256) {
+        sp_err_set(err, "serve: at most 256 parallel requests (the context has %d slots)", sp_ctx_n_slots(ctx));
+        return NULL;
+    }
+    if (sp_ctx_n_ctx(ctx) < 8) {
+        sp_err_set(err, "serve: the context must hold at least 8 tokens");
+        return NULL;
+    }
     sp_server *s = sp_xcalloc(1, sizeof *s);
+    const sp_model *m = sp_ctx_model(ctx);
     s->o = *o;
+    s->ctx = ctx;
     s->m = m;
-    s->tok = tok;
+    s->tok = sp_ctx_tokenizer(ctx);
+    s->parallel = sp_ctx_n_slots(ctx);
+    s->n_ctx = sp_ctx_n_ctx(ctx);
     s->created = (long long)time(NULL);
     s->chat = sp_chat_detect(m->gguf);
     s->defsys = sp_chat_default_system(m->gguf, s->defsys_buf, sizeof s->defsys_buf);
@@ -647,9 +653,7 @@ sp_server *sp_server_start(const sp_model *m, const sp_tokenizer *tok, sp_worksp
     pthread_cond_init(&s->cv, NULL);
     if (resolve(s, err)) { free(s); return NULL; }
     s->mx = sp_metrics_create();
-    sp_sched_opts so = { .parallel = o->parallel, .n_ctx = o->n_ctx, .batch_rows = o->batch_rows,
-                         .queue_max = o->queue_max };
-    if (!(s->sched = sp_sched_create(m, ws, &so, s->mx))) {
+    if (!(s->sched = sp_sched_create(ctx, o->queue_max, s->mx))) {
         sp_err_set(err, "serve: cannot start the scheduler thread");
         sp_metrics_free(s->mx);
         free(s);
@@ -662,7 +666,7 @@ sp_server *sp_server_start(const sp_model *m, const sp_tokenizer *tok, sp_worksp
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&s->addr,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout_s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)(o->parallel + o->queue_max + 64),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)(s->parallel + o->queue_max + 64),
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_END);
     if (!s->d) {

@@ -5,6 +5,7 @@
 #ifndef SP_SERVE_INTERNAL_H
 #define SP_SERVE_INTERNAL_H
 
+#include "engine/engine.h"
 #include "serve/serve.h"
 
 #include <jansson.h>
@@ -50,8 +51,7 @@ typedef struct sp_job_cfg {
     int top_logprobs;
     bool ignore_eos;
     sp_drafter *drafter;             /* NULL = plain decoding (borrowed) */
-    int draft_max;                   /* SP_DRAFT_ADAPTIVE needs cost */
-    const sp_cost_curve *cost;
+    int draft_max;                   /* SP_DRAFT_ADAPTIVE, 0, or fixed */
     sp_metrics *mx;                  /* borrowed, may be NULL */
 } sp_job_cfg;
 
@@ -114,14 +114,15 @@ void sp_job_cancel(sp_job *j);
 bool sp_job_cancelled(const sp_job *j);
 
 /* Scheduler side (scheduler thread only). */
-/* Opens the draft, binds the job to a KV cache and starts prefill. */
-int sp_job_start(sp_job *j, sp_kv *kv, sp_err *err);
-sp_seq *sp_job_seq(sp_job *j);
-/* After sp_seq_finish: if the sequence finished, releases the last text and
- * ends the job; returns true if it ended. */
-bool sp_job_after_step(sp_job *j);
-/* Ends the job (slot resources freed) as FAILED or CANCELLED. */
-void sp_job_end_with(sp_job *j, sp_job_end end, const sp_api_err *err);
+/* Adds the job's sequence to the context (its draft opens there, prefill
+ * starts with the next step); returns the slot id or -1 + err. */
+int sp_job_start(sp_job *j, sp_ctx *ctx, sp_err *err);
+/* The job's sequence ended normally (stop, length, context): releases the
+ * last text and ends the job with the sequence's statistics. */
+void sp_job_finish(sp_job *j, sp_finish finish, const sp_spec_stats *stats);
+/* Ends the job as FAILED or CANCELLED (stats: the sequence's so far, NULL
+ * if it never started). */
+void sp_job_end_with(sp_job *j, sp_job_end end, const sp_api_err *err, const sp_spec_stats *stats);
 uint64_t sp_job_t_submit(const sp_job *j);
 void sp_job_set_t_submit(sp_job *j, uint64_t t);
 
@@ -130,12 +131,9 @@ void sp_job_set_t_submit(sp_job *j, uint64_t t);
  * ======================================================================= */
 typedef struct sp_sched sp_sched;
 
-typedef struct sp_sched_opts {
-    int parallel, n_ctx, batch_rows, queue_max;
-} sp_sched_opts;
-
-sp_sched *sp_sched_create(const sp_model *m, sp_workspace *ws, const sp_sched_opts *o,
-                          sp_metrics *mx);
+/* Starts the scheduler thread over ctx (borrowed: only that thread uses it
+ * from now on; one job per slot), with up to queue_max jobs waiting. */
+sp_sched *sp_sched_create(sp_ctx *ctx, int queue_max, sp_metrics *mx);
 /* Queues the job (takes a reference).  A 503 in err when the queue is full
  * or the scheduler is stopping. */
 int sp_sched_submit(sp_sched *s, sp_job *j, sp_api_err *err);

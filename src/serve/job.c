@@ -8,6 +8,7 @@
  */
 #include "serve/internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -34,14 +35,13 @@ struct sp_job {
     bool logprobs, ignore_eos;
     int top_logprobs;
     int draft_max;
-    const sp_cost_curve *cost;
     sp_metrics *mx;
     char method[32];
     sp_drafter *drafter;             /* borrowed; NULL = plain decoding */
+    sp_sampler_params sampling;      /* bias points into `bias` */
+    sp_logit_bias *bias;             /* owned copy */
     /* scheduler-thread state */
-    sp_sampler *smp;
-    sp_draft *draft;
-    sp_seq *seq;
+    bool started;                    /* its sequence was added to the context */
     sp_detok detok;
     sp_stop stop;
     size_t pushed;                   /* bytes of text pushed into stop */
@@ -81,10 +81,14 @@ sp_job *sp_job_create(const sp_job_cfg *c, sp_api_err *err) {
     j->top_logprobs = c->top_logprobs;
     j->ignore_eos = c->ignore_eos;
     j->draft_max = c->drafter ? c->draft_max : 0;
-    j->cost = c->cost;
     j->mx = c->mx;
     snprintf(j->method, sizeof j->method, "%s", c->drafter ? c->drafter->name : "none");
-    j->smp = sp_sampler_create(c->sampling, c->m->hp.n_vocab);
+    j->sampling = *c->sampling;
+    if (c->sampling->n_bias > 0) {
+        j->bias = sp_xmalloc((size_t)c->sampling->n_bias * sizeof *j->bias);
+        memcpy(j->bias, c->sampling->bias, (size_t)c->sampling->n_bias * sizeof *j->bias);
+    }
+    j->sampling.bias = j->bias;
     sp_err e;
     if (sp_stop_init(&j->stop, (const char *const *)c->stops, c->n_stops, &e)) {
         sp_api_fail(err, 400, "invalid_request_error", NULL, "stop", "%s", e.msg);
@@ -101,23 +105,13 @@ void sp_job_ref(sp_job *j) {
     pthread_mutex_unlock(&j->mu);
 }
 
-/* Frees the slot resources: the sequence and the draft (closing a draft
- * hands its output to engine-wide drafter tables). */
-static void release_run_state(sp_job *j) {
-    sp_seq_free(j->seq);
-    j->seq = NULL;
-    sp_draft_close(j->draft);
-    j->draft = NULL;
-}
-
 void sp_job_unref(sp_job *j) {
     if (!j) return;
     pthread_mutex_lock(&j->mu);
     const int left = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (left) return;
-    release_run_state(j);
-    sp_sampler_free(j->smp);
+    free(j->bias);
     sp_stop_free(&j->stop);
     free(j->prompt);
     free(j->out);
@@ -132,7 +126,6 @@ const char *sp_job_method(const sp_job *j) { return j->method; }
 int sp_job_n_prompt(const sp_job *j) { return j->n_prompt; }
 uint64_t sp_job_t_submit(const sp_job *j) { return j->t_submit; }
 void sp_job_set_t_submit(sp_job *j, uint64_t t) { j->t_submit = t; }
-sp_seq *sp_job_seq(sp_job *j) { return j->seq; }
 
 void sp_job_cancel(sp_job *j) { __atomic_store_n(&j->cancel, 1, __ATOMIC_RELEASE); }
 bool sp_job_cancelled(const sp_job *j) { return __atomic_load_n(&j->cancel, __ATOMIC_ACQUIRE); }
@@ -309,7 +302,7 @@ static void release_text(sp_job *j, bool final) {
     if (n) pthread_cond_broadcast(&j->cv);
 }
 
-static sp_emit_result on_token(void *ud, int32_t tok, bool drafted) {
+static sp_emit_result on_token(void *ud, int32_t tok, bool drafted, const float *logits) {
     sp_job *j = ud;
     const uint64_t now = sp_now_ns();
     if (!j->t_first) j->t_first = now;
@@ -319,7 +312,7 @@ static sp_emit_result on_token(void *ud, int32_t tok, bool drafted) {
     if (!j->ignore_eos && sp_tokenizer_is_eog(j->tok, tok)) return SP_EMIT_STOP;
     if (j->logprobs) {
         sp_lp_entry e;
-        logprob_entry(j, sp_seq_emit_logits(j->seq), tok, &e);
+        logprob_entry(j, logits, tok, &e);
         e.offset = j->pushed;
         pthread_mutex_lock(&j->mu);
         put_lp(j, &e);
@@ -342,40 +335,46 @@ static sp_emit_result on_token(void *ud, int32_t tok, bool drafted) {
     return hit ? SP_EMIT_STOP : SP_EMIT_CONTINUE;
 }
 
-/* Drafts are opened here, on the scheduler thread, like every other use
- * of the engine-wide drafters. */
-int sp_job_start(sp_job *j, sp_kv *kv, sp_err *err) {
-    if (j->drafter) {
-        sp_target t = sp_target_full(j->m, j->tok, sp_sampler_params_of(j->smp));
-        if (!(j->draft = sp_draft_open(j->drafter, &t, err))) return -1;
-    }
-    sp_kv_trim(kv, 0);
-    sp_gen_config cfg = { .max_tokens = j->max_tokens, .draft_max = j->draft_max, .cost = j->cost };
-    j->seq = sp_seq_create(j->m, kv, NULL, j->smp, j->draft, &cfg, on_token, j);
+/* Drafts are opened by the context, on the scheduler thread, like every
+ * other use of the engine-wide drafters. */
+int sp_job_start(sp_job *j, sp_ctx *ctx, sp_err *err) {
+    sp_seq_params p = sp_seq_default_params();
+    p.prompt = j->prompt;
+    p.n_prompt = j->n_prompt;
+    p.max_tokens = j->max_tokens;
+    p.sampling = j->sampling;
+    p.penalize_prompt = false;       /* OpenAI: penalties count generated tokens */
+    p.drafter = j->drafter;
+    p.draft_max = j->draft_max;
+    p.emit = on_token;
+    p.ud = j;
     j->t_start = sp_now_ns();
-    return sp_seq_begin(j->seq, j->prompt, j->n_prompt, err);
+    const int id = sp_ctx_add(ctx, &p, err);
+    j->started = id >= 0;
+    return id;
 }
 
 /* Records the end under the lock and wakes the consumer. */
-static void set_end(sp_job *j, sp_job_end end, sp_finish finish, const sp_api_err *err) {
+static void set_end(sp_job *j, sp_job_end end, sp_finish finish, const sp_api_err *err,
+                    const sp_spec_stats *st) {
     pthread_mutex_lock(&j->mu);
     if (!j->end) {
         j->end = end;
         j->finish = finish;
         if (err) j->err = *err;
-        if (j->seq) j->stats = *sp_seq_stats(j->seq);
+        if (st) j->stats = *st;
     }
     pthread_mutex_unlock(&j->mu);
     pthread_cond_broadcast(&j->cv);
 }
 
 /* Metrics and one log line per generation (jobs with metrics are the
- * server's; tests run jobs without). */
-static void record(sp_job *j, const char *how) {
+ * server's; tests run jobs without).  how: a finish reason's name,
+ * "cancelled" or "failed". */
+static void record(sp_job *j, const char *how, const sp_spec_stats *stats) {
     if (!j->mx) return;
     const uint64_t now = sp_now_ns();
-    sp_spec_stats st = { 0 };
-    if (j->seq) st = *sp_seq_stats(j->seq);
+    const sp_spec_stats st = stats ? *stats : (sp_spec_stats){ 0 };
     const bool cancelled = !strcmp(how, "cancelled");
     sp_metrics_generation(j->mx, j->method, &st, j->t_start ? j->t_start - j->t_submit : now - j->t_submit,
                           j->t_first ? j->t_first - j->t_submit : 0, now - j->t_submit, cancelled);
@@ -385,22 +384,18 @@ static void record(sp_job *j, const char *how) {
             j->method, (long long)st.drafted, (long long)st.accepted);
 }
 
-bool sp_job_after_step(sp_job *j) {
-    const sp_finish f = j->seq ? sp_seq_finished(j->seq) : SP_FINISH_NONE;
-    if (f == SP_FINISH_NONE) return false;
+void sp_job_finish(sp_job *j, sp_finish f, const sp_spec_stats *stats) {
+    assert(j->started && f != SP_FINISH_NONE && f != SP_FINISH_ERROR);
     char buf[64];
     const size_t n = sp_detok_flush(&j->detok, buf, sizeof buf);
     sp_stop_push(&j->stop, buf, n);
     j->pushed += n;
     release_text(j, true);
-    record(j, f == SP_FINISH_STOP ? "stop" : "length");
-    set_end(j, SP_JOB_FINISHED, f, NULL);
-    release_run_state(j);
-    return true;
+    record(j, sp_finish_name(f), stats);
+    set_end(j, SP_JOB_FINISHED, f, NULL, stats);
 }
 
-void sp_job_end_with(sp_job *j, sp_job_end end, const sp_api_err *err) {
-    record(j, end == SP_JOB_CANCELLED ? "cancelled" : "failed");
-    set_end(j, end, SP_FINISH_NONE, err);
-    release_run_state(j);
+void sp_job_end_with(sp_job *j, sp_job_end end, const sp_api_err *err, const sp_spec_stats *stats) {
+    record(j, end == SP_JOB_CANCELLED ? "cancelled" : "failed", stats);
+    set_end(j, end, SP_FINISH_NONE, err, stats);
 }

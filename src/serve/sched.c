@@ -1,34 +1,28 @@
 /*
- * The scheduler: continuous batching with speculation in every row.
+ * The scheduler: jobs over the batch engine (sp_ctx, src/engine).
  *
- * One thread owns the model's workspace and the slots (a KV cache each).
- * Between steps it drops cancelled jobs and admits queued ones into free
- * slots; a step plans every running sequence, runs all planned rows as ONE
- * batched forward, and finishes each sequence:
- *
- *   rows = [verification windows of decoding sequences]     (never cut)
- *        + [prompt chunks of prefilling sequences, oldest first, within
- *           what is left of the row budget, at least a quarter of it]
- *
- * so a long prompt joins over several steps without starving the decoding
- * rows.  Sequences never share a cache, sampler or draft, and each row's
- * arithmetic is independent of the others in the pass, so every request
+ * One thread owns the context.  Between steps it drops cancelled jobs and
+ * admits queued ones into free slots; each step is one sp_ctx_step (every
+ * running sequence's rows in ONE batched forward: decoding windows first,
+ * then prompt chunks), after which jobs whose sequence ended are finished
+ * and their slots freed.  The context guarantees that every request
  * produces exactly what it would alone.
  */
 #include "serve/internal.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct sp_sched_opts {
+    int parallel, queue_max;
+} sp_sched_opts;
+
 struct sp_sched {
-    const sp_model *m;
-    sp_workspace *ws;
+    sp_ctx *ctx;                     /* borrowed; the scheduler thread alone uses it */
     sp_metrics *mx;
-    sp_sched_opts o;
-    sp_kv **kvs;                     /* (parallel) owned */
-    sp_job **slots;                  /* (parallel) running job or NULL; scheduler thread writes */
-    uint64_t *admitted;              /* (parallel) admission order, for prefill fairness */
-    uint64_t n_admitted;
+    sp_sched_opts o;                 /* parallel = the context's slots */
+    sp_job **slots;                  /* (parallel) the job in context slot i, or NULL */
     sp_job **queue;                  /* (queue_max) ring, under mu */
     int q_head, q_len;
     int running;                     /* under mu */
@@ -38,9 +32,6 @@ struct sp_sched {
     uint64_t deadline;               /* running jobs are cancelled after it */
     bool started, joined;
     pthread_t thr;
-    sp_fwd_seq *fwds;                /* (parallel) step scratch */
-    int *fwd_slot;                   /* (parallel) */
-    int *order;                      /* (parallel) */
 };
 
 static sp_api_err err_503(const char *msg) {
@@ -66,7 +57,7 @@ static void reap_queue(sp_sched *s) {
     for (int i = 0; i < n; i++) {
         sp_job *j = s->queue[(s->q_head + i) % s->o.queue_max];
         if (sp_job_cancelled(j)) {
-            sp_job_end_with(j, SP_JOB_CANCELLED, NULL);
+            sp_job_end_with(j, SP_JOB_CANCELLED, NULL, NULL);
             sp_job_unref(j);
         } else {
             s->queue[(s->q_head + w++) % s->o.queue_max] = j;
@@ -75,11 +66,15 @@ static void reap_queue(sp_sched *s) {
     s->q_len = w;
 }
 
+/* The job of slot i leaves the context (mu held). */
 static void free_slot(sp_sched *s, int i) {
+    sp_ctx_remove(s->ctx, i);
     sp_job_unref(s->slots[i]);
     s->slots[i] = NULL;
     s->running--;
 }
+
+static const sp_spec_stats *stats_of(const sp_sched *s, int i) { return sp_ctx_seq_stats(s->ctx, i); }
 
 /* Ends running jobs whose client left (or, past the shutdown deadline,
  * every running job). */
@@ -89,11 +84,11 @@ static void reap_running(sp_sched *s) {
         sp_job *j = s->slots[i];
         if (!j) continue;
         if (sp_job_cancelled(j)) {
-            sp_job_end_with(j, SP_JOB_CANCELLED, NULL);
+            sp_job_end_with(j, SP_JOB_CANCELLED, NULL, stats_of(s, i));
             free_slot(s, i);
         } else if (late) {
             sp_api_err e = err_503("The server is shutting down; the request was cancelled.");
-            sp_job_end_with(j, SP_JOB_FAILED, &e);
+            sp_job_end_with(j, SP_JOB_FAILED, &e, stats_of(s, i));
             free_slot(s, i);
         }
     }
@@ -101,20 +96,19 @@ static void reap_running(sp_sched *s) {
 
 /* Moves queued jobs into free slots (FIFO). */
 static void admit(sp_sched *s) {
-    for (int i = 0; i < s->o.parallel && s->q_len > 0; i++) {
-        if (s->slots[i]) continue;
+    while (s->running < s->o.parallel && s->q_len > 0) {
         sp_job *j = queue_pop(s);
         sp_err e;
-        if (sp_job_start(j, s->kvs[i], &e)) {
+        const int id = sp_job_start(j, s->ctx, &e);
+        if (id < 0) {
             sp_api_err ae;
             sp_api_fail(&ae, 500, "server_error", NULL, NULL, "%s", e.msg);
-            sp_job_end_with(j, SP_JOB_FAILED, &ae);
+            sp_job_end_with(j, SP_JOB_FAILED, &ae, NULL);
             sp_job_unref(j);
-            i--;                     /* the slot is still free */
             continue;
         }
-        s->slots[i] = j;
-        s->admitted[i] = s->n_admitted++;
+        assert(!s->slots[id]);
+        s->slots[id] = j;
         s->running++;
     }
 }
@@ -123,7 +117,7 @@ static void fail_queue(sp_sched *s) {
     while (s->q_len > 0) {
         sp_job *j = queue_pop(s);
         sp_api_err e = err_503("The server is shutting down.");
-        sp_job_end_with(j, SP_JOB_FAILED, &e);
+        sp_job_end_with(j, SP_JOB_FAILED, &e, NULL);
         sp_job_unref(j);
     }
 }
@@ -132,80 +126,31 @@ static void fail_queue(sp_sched *s) {
  * One step (scheduler thread, mu not held: slots change only here)
  * ------------------------------------------------------------------------- */
 
-static void fail_slot(sp_sched *s, int i, int status, const char *msg) {
-    sp_api_err e;
-    sp_api_fail(&e, status, "server_error", NULL, NULL, "%s", msg);
-    sp_job_end_with(s->slots[i], SP_JOB_FAILED, &e);
+/* Ends slot i's job by how its sequence ended. */
+static void end_slot(sp_sched *s, int i, sp_finish f) {
+    sp_job *j = s->slots[i];
+    if (f == SP_FINISH_ERROR) {
+        sp_api_err e;
+        sp_api_fail(&e, 500, "server_error", NULL, NULL, "%s", sp_ctx_seq_error(s->ctx, i));
+        sp_job_end_with(j, SP_JOB_FAILED, &e, stats_of(s, i));
+    } else {
+        sp_job_finish(j, f, stats_of(s, i));
+    }
     pthread_mutex_lock(&s->mu);
     free_slot(s, i);
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Plans slot i with at most max_rows rows (0 = all) into a pass that
- * already holds `rows` rows expected to emit *tokens tokens; adds it to the
- * pass if it has rows (and its expected tokens to *tokens).  Returns the
- * rows added. */
-static int plan_slot(sp_sched *s, int i, int max_rows, int rows, double *tokens, int *n) {
-    sp_err e;
-    sp_fwd_seq *f = &s->fwds[*n];
-    sp_seq *q = sp_job_seq(s->slots[i]);
-    if (sp_seq_plan_in(q, max_rows, rows, *tokens, f, &e)) {
-        fail_slot(s, i, 500, e.msg);
-        return 0;
-    }
-    if (f->n == 0) return 0;
-    s->fwd_slot[(*n)++] = i;
-    *tokens += sp_seq_planned_tokens(q);
-    return f->n;
-}
-
-/* Slot indices of prefilling sequences, oldest admission first. */
-static int prefill_order(const sp_sched *s, int *order) {
-    int n = 0;
-    for (int i = 0; i < s->o.parallel; i++) {
-        if (!s->slots[i] || !sp_seq_prefilling(sp_job_seq(s->slots[i]))) continue;
-        int k = n++;
-        while (k > 0 && s->admitted[order[k - 1]] > s->admitted[i]) { order[k] = order[k - 1]; k--; }
-        order[k] = i;
-    }
-    return n;
-}
-
 static void step(sp_sched *s) {
-    int n = 0, rows = 0;
-    double tokens = 0.0;
-    /* decoding rows first: each sequence's draft length is chosen for the
-     * pass as planned so far (more rows make extra draft rows dearer) */
-    for (int i = 0; i < s->o.parallel; i++)
-        if (s->slots[i] && !sp_seq_prefilling(sp_job_seq(s->slots[i])))
-            rows += plan_slot(s, i, 0, rows, &tokens, &n);
-    int budget = s->o.batch_rows - rows;
-    if (budget < s->o.batch_rows / 4) budget = s->o.batch_rows / 4 > 0 ? s->o.batch_rows / 4 : 1;
-    const int n_pre = prefill_order(s, s->order);
-    for (int k = 0; k < n_pre && budget > 0; k++) {
-        const int got = plan_slot(s, s->order[k], budget, rows, &tokens, &n);
-        budget -= got;
-        rows += got;
-    }
-    if (n > 0) {
-        sp_err e;
-        const uint64_t t0 = sp_now_ns();
-        const int rc = sp_model_forward_batch(s->m, s->ws, s->fwds, n, &e);
-        const uint64_t ns = sp_now_ns() - t0;
-        if (s->mx) sp_metrics_step(s->mx, n, rows, ns);
-        for (int k = 0; k < n; k++) {
-            const int i = s->fwd_slot[k];
-            if (rc) fail_slot(s, i, 500, e.msg);
-            else if (sp_seq_finish(sp_job_seq(s->slots[i]), ns, &e)) fail_slot(s, i, 500, e.msg);
-        }
-    }
+    sp_ctx_step(s->ctx);
+    const sp_ctx_pass pass = sp_ctx_last_pass(s->ctx);
+    if (s->mx && pass.n_seqs > 0) sp_metrics_step(s->mx, pass.n_seqs, pass.n_rows, pass.ns);
     /* finished sequences (including those the plan found at the context
      * limit) leave between steps */
     for (int i = 0; i < s->o.parallel; i++) {
-        if (!s->slots[i] || !sp_job_after_step(s->slots[i])) continue;
-        pthread_mutex_lock(&s->mu);
-        free_slot(s, i);
-        pthread_mutex_unlock(&s->mu);
+        if (!s->slots[i]) continue;
+        const sp_finish f = sp_ctx_seq_finish(s->ctx, i);
+        if (f != SP_FINISH_NONE) end_slot(s, i, f);
     }
 }
 
@@ -233,22 +178,13 @@ static void *sched_main(void *arg) {
  * Public side
  * ------------------------------------------------------------------------- */
 
-sp_sched *sp_sched_create(const sp_model *m, sp_workspace *ws, const sp_sched_opts *o,
-                          sp_metrics *mx) {
+sp_sched *sp_sched_create(sp_ctx *ctx, int queue_max, sp_metrics *mx) {
     sp_sched *s = sp_xcalloc(1, sizeof *s);
-    s->m = m;
-    s->ws = ws;
+    s->ctx = ctx;
     s->mx = mx;
-    s->o = *o;
-    if (s->o.queue_max < 1) s->o.queue_max = 1;
-    s->kvs = sp_xcalloc((size_t)o->parallel, sizeof *s->kvs);
-    for (int i = 0; i < o->parallel; i++) s->kvs[i] = sp_kv_create(m, o->n_ctx);
-    s->slots = sp_xcalloc((size_t)o->parallel, sizeof *s->slots);
-    s->admitted = sp_xcalloc((size_t)o->parallel, sizeof *s->admitted);
+    s->o = (sp_sched_opts){ .parallel = sp_ctx_n_slots(ctx), .queue_max = queue_max < 1 ? 1 : queue_max };
+    s->slots = sp_xcalloc((size_t)s->o.parallel, sizeof *s->slots);
     s->queue = sp_xcalloc((size_t)s->o.queue_max, sizeof *s->queue);
-    s->fwds = sp_xcalloc((size_t)o->parallel, sizeof *s->fwds);
-    s->fwd_slot = sp_xcalloc((size_t)o->parallel, sizeof *s->fwd_slot);
-    s->order = sp_xcalloc((size_t)o->parallel, sizeof *s->order);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->started = pthread_create(&s->thr, NULL, sched_main, s) == 0;
@@ -305,18 +241,11 @@ void sp_sched_stop(sp_sched *s, uint64_t grace_ns) {
 void sp_sched_free(sp_sched *s) {
     if (!s) return;
     sp_sched_stop(s, 0);
-    for (int i = 0; i < s->o.parallel; i++) {
-        if (s->slots[i]) sp_job_unref(s->slots[i]);
-        sp_kv_free(s->kvs[i]);
-    }
+    for (int i = 0; i < s->o.parallel; i++)
+        if (s->slots[i]) free_slot(s, i);
     while (s->q_len > 0) sp_job_unref(queue_pop(s));
-    free(s->kvs);
     free(s->slots);
-    free(s->admitted);
     free(s->queue);
-    free(s->fwds);
-    free(s->fwd_slot);
-    free(s->order);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

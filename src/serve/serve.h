@@ -27,6 +27,7 @@
 #define SP_SERVE_H
 
 #include "base/base.h"
+#include "engine/engine.h"
 #include "sample/sample.h"
 #include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
@@ -124,9 +125,6 @@ typedef struct sp_server_opts {
     int port;                        /* 0 = any free port (see sp_server_port) */
     const char *api_key;             /* NULL = no authentication */
     const char *model_id;            /* the id clients name in "model" */
-    int parallel;                    /* concurrent sequences (slots) */
-    int n_ctx;                       /* context of each slot's KV cache */
-    int batch_rows;                  /* rows per step budget (prompt chunks fill it) */
     int queue_max;                   /* waiting requests beyond the slots; more -> 503 */
     size_t max_body;                 /* request body limit in bytes (413 beyond) */
     int timeout_s;                   /* idle connection timeout */
@@ -136,7 +134,6 @@ typedef struct sp_server_opts {
     int draft_max_default;           /* SP_DRAFT_ADAPTIVE or 0..SP_MAX_DRAFT */
     sp_drafter **drafters;
     int n_drafters;
-    const sp_cost_curve *cost;       /* needed for adaptive draft lengths (NULL: refused) */
 } sp_server_opts;
 
 /* Defaults for every field above (drafters none, spec "none"). */
@@ -144,11 +141,12 @@ sp_server_opts sp_server_defaults(void);
 
 typedef struct sp_server sp_server;
 
-/* Binds and starts serving (HTTP threads and the scheduler).  model, tok
- * and ws (the forward workspace, used only by the scheduler thread) are
- * borrowed.  NULL + err if the address cannot be bound or options are bad. */
-sp_server *sp_server_start(const sp_model *m, const sp_tokenizer *tok, sp_workspace *ws,
-                           const sp_server_opts *o, sp_err *err);
+/* Binds and starts serving (HTTP threads and the scheduler) over a batch
+ * engine context: one request per slot (its slots are the parallel
+ * requests, its n_ctx each request's context, its row budget the step's).
+ * ctx is borrowed and, until sp_server_stop, used only by the scheduler
+ * thread.  NULL + err if the address cannot be bound or options are bad. */
+sp_server *sp_server_start(sp_ctx *ctx, const sp_server_opts *o, sp_err *err);
 /* The bound port (useful with port 0). */
 int sp_server_port(const sp_server *s);
 /* Graceful stop: stop accepting, fail queued requests (503), let running

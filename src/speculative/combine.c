@@ -76,7 +76,7 @@ static int cb_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
     for (int i = 0; i < g->n; i++) {
         sp_draft *sub = g->sub[i];
         sp_proposal p;
-        if (sub->drafter->ops->propose(sub, g->backlog[i], g->n_back[i], max_n, &p, err)) return -1;
+        if (sp_draft_propose(sub, g->backlog[i], g->n_back[i], max_n, &p, err)) return -1;
         g->n_back[i] = 0;
         if (p.n > 0) {
             g->winner = i;
@@ -156,11 +156,4 @@ sp_drafter *sp_combine_create(sp_drafter **subs, int n, sp_err *err) {
     }
     snprintf(d->ns, sizeof d->ns, "combine-v1:%s", d->name);
     return d;
-}
-
-const char *sp_combine_part(const sp_draft *s, int *index) {
-    if (s->drafter->ops != &cb_ops) { if (index) *index = 0; return s->drafter->name; }
-    const cb_draft *g = s->impl;
-    if (index) *index = g->winner;
-    return g->winner >= 0 ? g->sub[g->winner]->drafter->name : NULL;
 }

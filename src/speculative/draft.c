@@ -46,6 +46,22 @@ sp_draft *sp_draft_open(sp_drafter *d, const sp_target *t, sp_err *err) {
     return d->ops->open(d, t, err);
 }
 
+int sp_draft_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
+                     sp_err *err) {
+    const char *name = s->drafter->name;
+    *out = (sp_proposal){ 0 };
+    if (s->drafter->ops->propose(s, feed, n_feed, max_n, out, err)) return -1;
+    if (out->n < 0 || out->n > max_n)
+        return sp_err_set(err, "drafter '%s' proposed %d tokens, at most %d allowed", name, out->n, max_n);
+    for (int i = 0; out->parent && i < out->n; i++)
+        if (out->parent[i] < -1 || out->parent[i] >= i)
+            return sp_err_set(err, "drafter '%s' proposed a malformed tree", name);
+    if (out->parent && out->q)
+        return sp_err_set(err, "drafter '%s': trees with draft distributions are not supported", name);
+    if (!out->by) out->by = name;
+    return 0;
+}
+
 void sp_draft_close(sp_draft *s) {
     if (s) s->drafter->ops->close(s);
 }

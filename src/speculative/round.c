@@ -1,13 +1,15 @@
-/* The round loop: propose, verify in one batched pass, accept, trim,
- * commit.  Plain decoding is the same loop with empty proposals.
+/* The round loop of one sequence: propose, verify in one batched pass,
+ * accept, trim, commit.  Plain decoding is the same loop with empty
+ * proposals.
  *
- * A round has three phases so that a scheduler can verify the windows of
+ * A round has three phases so that the engine can verify the windows of
  * many sequences in one target pass: sp_seq_plan (propose; describe the
- * rows), the batched forward (the caller's), sp_seq_finish (accept walk,
- * cache compaction, commit).  Prompts are prefilled through the same
- * phases in chunks. */
+ * rows), the batched forward (the engine's), sp_seq_apply (accept walk,
+ * cache compaction, commit, emission).  Prompts are prefilled through the
+ * same phases in chunks. */
 #include "speculative/speculative.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +20,6 @@ typedef enum { SEQ_PREFILL, SEQ_DECODE, SEQ_DONE } seq_state;
 struct sp_seq {
     const sp_model *m;
     sp_kv *kv;
-    sp_workspace *ws;
     sp_sampler *smp;
     sp_draft *draft;
     sp_gen_config cfg;
@@ -43,7 +44,6 @@ struct sp_seq {
     sp_finish finish;
     sp_spec_stats st;
     uint64_t t_start, t_prefill0;
-    const float *emit_row;       /* (n_vocab) logits of the token being emitted, NULL outside */
 };
 
 const char *sp_finish_name(sp_finish f) {
@@ -51,14 +51,17 @@ const char *sp_finish_name(sp_finish f) {
     case SP_FINISH_STOP: return "stop";
     case SP_FINISH_LENGTH: return "length";
     case SP_FINISH_CONTEXT: return "context";
+    case SP_FINISH_CANCELLED: return "cancelled";
+    case SP_FINISH_ERROR: return "error";
     default: return "none";
     }
 }
 
-sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_workspace *ws, sp_sampler *smp,
-                      sp_draft *draft, const sp_gen_config *cfg, sp_emit_fn emit, void *ud) {
+sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *draft,
+                      const sp_gen_config *cfg, sp_emit_fn emit, void *ud) {
+    assert(cfg->draft_max != SP_DRAFT_ADAPTIVE || !draft || (cfg->cost && cfg->cost->valid));
     sp_seq *q = sp_xcalloc(1, sizeof *q);
-    q->m = m; q->kv = kv; q->ws = ws; q->smp = smp; q->draft = draft;
+    q->m = m; q->kv = kv; q->smp = smp; q->draft = draft;
     q->cfg = *cfg;
     q->emit = emit; q->ud = ud;
     q->state = SEQ_DONE;
@@ -75,9 +78,8 @@ void sp_seq_free(sp_seq *q) {
     free(q);
 }
 
-sp_finish sp_seq_finished(const sp_seq *q) { return q->finish; }
+sp_finish sp_seq_finish_reason(const sp_seq *q) { return q->state == SEQ_DONE ? q->finish : SP_FINISH_NONE; }
 const sp_spec_stats *sp_seq_stats(const sp_seq *q) { return &q->st; }
-const float *sp_seq_emit_logits(const sp_seq *q) { return q->emit_row; }
 bool sp_seq_prefilling(const sp_seq *q) { return q->state == SEQ_PREFILL; }
 
 /* Shadow bookkeeping: compares an unverified proposal with what the target
@@ -95,9 +97,7 @@ static void shadow_see(sp_seq *q, int32_t tok) {
 static bool emit_token(sp_seq *q, int32_t tok, bool drafted, const float *row) {
     q->st.emitted++;
     shadow_see(q, tok);
-    q->emit_row = row;
-    const sp_emit_result r = q->emit(q->ud, tok, drafted);
-    q->emit_row = NULL;
+    const sp_emit_result r = q->emit(q->ud, tok, drafted, row);
     if (r == SP_EMIT_STOP) {
         q->finish = SP_FINISH_STOP;
         return true;
@@ -114,7 +114,12 @@ static void set_done(sp_seq *q, sp_finish f) {
     q->state = SEQ_DONE;
 }
 
-int sp_seq_begin(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
+void sp_seq_abort(sp_seq *q, sp_finish why) {
+    assert(why == SP_FINISH_CANCELLED || why == SP_FINISH_ERROR);
+    if (q->state != SEQ_DONE) set_done(q, why);
+}
+
+int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
     if (n_prompt <= 0) return sp_err_set(err, "generate: the prompt is empty");
     if (q->kv->n + n_prompt >= q->kv->n_ctx)
         return sp_err_set(err, "generate: the prompt (%d tokens) does not fit the context (%d)",
@@ -126,6 +131,7 @@ int sp_seq_begin(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
     q->n_prefilled = 0;
     q->state = SEQ_PREFILL;
     q->finish = SP_FINISH_NONE;
+    memset(&q->st, 0, sizeof q->st);
     q->st.n_prompt = n_prompt;
     q->st.requests = 1;
     q->t_prefill0 = sp_now_ns();
@@ -160,21 +166,11 @@ static int draft_budget(const sp_seq *q, int pass_rows, double pass_tokens) {
 static int propose(sp_seq *q, int budget, sp_proposal *prop, sp_err *err) {
     memset(prop, 0, sizeof *prop);
     if (!q->draft) return 0;
-    const sp_drafter_ops *ops = q->draft->drafter->ops;
     const bool shadow = budget == 0 && q->cfg.draft_max == SP_DRAFT_ADAPTIVE &&
                         q->draft->drafter->cheap && q->n_shadow == 0;
     int ask = shadow ? SP_SHADOW_MAX : budget;
     uint64_t t0 = sp_now_ns();
-    if (ops->propose(q->draft, &q->pending, 1, ask, prop, err)) return -1;
-    if (prop->n < 0 || prop->n > ask)
-        return sp_err_set(err, "drafter '%s' proposed %d tokens, at most %d allowed",
-                          q->draft->drafter->name, prop->n, ask);
-    for (int i = 0; prop->parent && i < prop->n; i++)
-        if (prop->parent[i] < -1 || prop->parent[i] >= i)
-            return sp_err_set(err, "drafter '%s' proposed a malformed tree", q->draft->drafter->name);
-    if (prop->parent && prop->q)
-        return sp_err_set(err, "drafter '%s': trees with draft distributions are not supported",
-                          q->draft->drafter->name);
+    if (sp_draft_propose(q->draft, &q->pending, 1, ask, prop, err)) return -1;
     if (shadow) {
         /* a shadow follows one chain: the first root-to-leaf run */
         int m = 0;
@@ -182,7 +178,7 @@ static int propose(sp_seq *q, int budget, sp_proposal *prop, sp_err *err) {
         memcpy(q->shadow, prop->tokens, (size_t)m * sizeof(int32_t));
         q->n_shadow = m;
         q->shadow_pos = 0;
-        ops->commit(q->draft, prop->n, 0, NULL, NULL);
+        q->draft->drafter->ops->commit(q->draft, prop->n, 0, NULL, NULL);
         prop->n = 0;
     }
     const uint64_t dt = sp_now_ns() - t0;
@@ -191,14 +187,10 @@ static int propose(sp_seq *q, int budget, sp_proposal *prop, sp_err *err) {
     return prop->n;
 }
 
-int sp_seq_plan(sp_seq *q, int max_rows, sp_fwd_seq *fwd, sp_err *err) {
-    return sp_seq_plan_in(q, max_rows, 0, 0.0, fwd, err);
-}
-
 double sp_seq_planned_tokens(const sp_seq *q) { return q->planned_tokens; }
 
-int sp_seq_plan_in(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_fwd_seq *fwd,
-                   sp_err *err) {
+int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_fwd_seq *fwd,
+                sp_err *err) {
     memset(fwd, 0, sizeof *fwd);
     q->planned_tokens = 0.0;
     if (q->state == SEQ_DONE) return 0;
@@ -237,6 +229,7 @@ int sp_seq_plan_in(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, s
  * ------------------------------------------------------------------------- */
 
 static int finish_prefill(sp_seq *q, sp_err *err) {
+    assert(q->n_rows > 0 && q->n_prefilled + q->n_rows <= q->n_prompt);
     q->n_prefilled += q->n_rows;
     if (q->n_prefilled < q->n_prompt) return 0;
     if (q->draft && q->draft->drafter->ops->prefill(q->draft, q->prompt, q->n_prompt, NULL, err))
@@ -274,6 +267,9 @@ static int finish_round(sp_seq *q, sp_err *err) {
     (void)err;
     const int V = q->m->hp.n_vocab, n = q->n_draft, P = q->base;
     const uint64_t seed = sp_sampler_params_of(q->smp)->seed;
+    /* the pass appended the window [pending, drafts...] after the cache */
+    assert(n >= 0 && n <= SP_MAX_DRAFT && q->n_rows == n + 1);
+    assert(q->kv->n == P + n + 1);
     const uint64_t t1 = sp_now_ns();
     q->st.forwards++;
 
@@ -311,13 +307,13 @@ static int finish_round(sp_seq *q, sp_err *err) {
     /* The cache keeps every emitted token except the last, which becomes the
      * pending token (as in plain decoding): the old pending token and the
      * accepted drafts, minus the last draft if the request stopped on it. */
+    assert(k <= n && n_keep == k + 1);
     sp_kv_keep_path(q->kv, P, keep, n_keep - (last_matched ? 1 : 0));
     q->pending = tok;
     q->st.sample_ns += sp_now_ns() - t1;
 
     if (q->draft && n > 0) {
-        const char *who = sp_combine_part(q->draft, NULL);
-        if (who) sp_stats_method(&q->st, who, n, k);
+        sp_stats_method(&q->st, q->prop.by, n, k);
         uint64_t t2 = sp_now_ns();
         q->draft->drafter->ops->commit(q->draft, n, k, q->prop.parent ? path : NULL, NULL);
         q->st.draft_ns += sp_now_ns() - t2;
@@ -345,41 +341,9 @@ static int finish_round(sp_seq *q, sp_err *err) {
     return 0;
 }
 
-int sp_seq_finish(sp_seq *q, uint64_t verify_ns, sp_err *err) {
+int sp_seq_apply(sp_seq *q, uint64_t verify_ns, sp_err *err) {
     if (q->state == SEQ_DONE) return 0;
     if (q->state == SEQ_PREFILL) return finish_prefill(q, err);
     q->st.verify_ns += verify_ns;
     return finish_round(q, err);
-}
-
-/* ----------------------------------------------------------------------------
- * One sequence alone
- * ------------------------------------------------------------------------- */
-
-int sp_seq_step(sp_seq *q, sp_err *err) {
-    sp_fwd_seq f;
-    if (sp_seq_plan(q, 0, &f, err)) return -1;
-    if (!f.n) return 0;
-    uint64_t t0 = sp_now_ns();
-    if (sp_model_forward_batch(q->m, q->ws, &f, 1, err)) return -1;
-    return sp_seq_finish(q, sp_now_ns() - t0, err);
-}
-
-int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
-    if (sp_seq_begin(q, prompt, n_prompt, err)) return -1;
-    while (q->state == SEQ_PREFILL)
-        if (sp_seq_step(q, err)) return -1;
-    return 0;
-}
-
-int sp_generate(const sp_model *m, sp_kv *kv, sp_workspace *ws, sp_sampler *smp, sp_draft *draft,
-                const sp_gen_config *cfg, const int32_t *prompt, int n_prompt, sp_emit_fn emit,
-                void *ud, sp_spec_stats *stats, sp_finish *finish, sp_err *err) {
-    sp_seq *q = sp_seq_create(m, kv, ws, smp, draft, cfg, emit, ud);
-    int rc = sp_seq_start(q, prompt, n_prompt, err);
-    while (rc == 0 && q->state != SEQ_DONE) rc = sp_seq_step(q, err);
-    if (stats) *stats = q->st;
-    if (finish) *finish = q->finish;
-    sp_seq_free(q);
-    return rc;
 }

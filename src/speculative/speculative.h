@@ -73,6 +73,8 @@ typedef struct sp_proposal {
     const int32_t *tokens;           /* (n) */
     const int32_t *parent;           /* (n) tree parents (-1 = the pending token), NULL = chain */
     const float *q;                  /* (n, n_vocab) draft distributions, NULL = deterministic */
+    const char *by;                  /* the drafter that proposed (static or drafter-lifetime
+                                        name; set by sp_draft_propose when a drafter leaves it NULL) */
 } sp_proposal;
 
 typedef struct sp_drafter sp_drafter;
@@ -123,8 +125,13 @@ struct sp_draft {
     void *impl;
 };
 
-/* Generic entry points (check capabilities, namespaces). */
+/* Generic entry points (check capabilities, namespaces, proposals). */
 sp_draft *sp_draft_open(sp_drafter *d, const sp_target *t, sp_err *err);
+/* ops->propose, then checks the proposal's shape (0 <= n <= max_n, tree
+ * parents before their children, no q with a tree) and names its drafter
+ * in out->by. */
+int sp_draft_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
+                     sp_err *err);
 void sp_draft_close(sp_draft *s);
 void sp_drafter_free(sp_drafter *d);
 int sp_draft_checkpoint(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err);
@@ -230,9 +237,6 @@ typedef struct sp_drafter_opts {
 /* Several drafters, first proposal wins (see combine.c); takes ownership
  * of subs[0..n). */
 sp_drafter *sp_combine_create(sp_drafter **subs, int n, sp_err *err);
-/* Which part of a combined draft proposed last (its name; index in *index),
- * or the draft's own name for a single drafter; NULL if none did. */
-const char *sp_combine_part(const sp_draft *s, int *index);
 /* The layers "self" keeps by default for a model: [0, n/2) and the last. */
 void sp_self_default_layers(const sp_model *m, uint8_t *keep);
 sp_drafter *sp_drafter_create(const char *name, const sp_drafter_opts *o, sp_err *err);
@@ -333,20 +337,35 @@ void sp_adapt_draft_cost(sp_adapt *a, int n, double seconds);
 double sp_adapt_expected(const sp_adapt *a, int n);
 
 /* ==========================================================================
- * The round loop (round.c)
+ * The round loop of one sequence (round.c)
+ *
+ * A round has three phases so that the engine (src/engine) can verify the
+ * windows of many sequences in one target pass:
+ *
+ *   sp_seq_plan    propose; describe this sequence's rows of the pass
+ *   (the engine runs every planned row in one sp_model_forward_batch)
+ *   sp_seq_apply   accept walk over the pass's logits, KV compaction,
+ *                  drafter commit, emission
+ *
+ * Prompts are prefilled through the same phases, in chunks.
  * ======================================================================= */
 
 typedef enum sp_emit_result { SP_EMIT_CONTINUE = 0, SP_EMIT_STOP = 1 } sp_emit_result;
-/* Called for every generated token, in order; `drafted` is true when the
- * token was a draft the target accepted.  SP_EMIT_STOP ends the request
- * after this token. */
-typedef sp_emit_result (*sp_emit_fn)(void *ud, int32_t token, bool drafted);
+/* Called for every generated token, in order.  `drafted` is true when the
+ * token was a draft the target accepted; `logits` is the target's row
+ * (n_vocab floats, before any sampler transform) the token was sampled
+ * from, borrowed for the call (for logprobs).  SP_EMIT_STOP ends the
+ * sequence after this token. */
+typedef sp_emit_result (*sp_emit_fn)(void *ud, int32_t token, bool drafted, const float *logits);
 
+/* Why a sequence ended. */
 typedef enum sp_finish {
     SP_FINISH_NONE = 0,              /* still running */
     SP_FINISH_STOP,                  /* the callback stopped (EOS, stop string) */
     SP_FINISH_LENGTH,                /* max_tokens reached */
     SP_FINISH_CONTEXT,               /* the context window is full */
+    SP_FINISH_CANCELLED,             /* cancelled by its owner */
+    SP_FINISH_ERROR,                 /* failed (a drafter or the pass reported an error) */
 } sp_finish;
 const char *sp_finish_name(sp_finish f);
 
@@ -359,45 +378,37 @@ typedef struct sp_gen_config {
 } sp_gen_config;
 
 /* One generation in progress.  Owns its logits buffer; borrows the model,
- * cache, workspace, sampler and draft. */
+ * cache, sampler and draft. */
 typedef struct sp_seq sp_seq;
 
-sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_workspace *ws, sp_sampler *smp,
-                      sp_draft *draft, const sp_gen_config *cfg, sp_emit_fn emit, void *ud);
+sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *draft,
+                      const sp_gen_config *cfg, sp_emit_fn emit, void *ud);
 void sp_seq_free(sp_seq *q);
-/* Starts a generation: the prompt (copied) is prefilled by the next plans. */
-int sp_seq_begin(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err);
+/* Starts a generation after what the cache holds: the prompt (copied) is
+ * prefilled by the next plans.  Fails on an empty prompt or one that does
+ * not fit the cache. */
+int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err);
 bool sp_seq_prefilling(const sp_seq *q);
-/* Plans the next pass of this sequence into fwd: a prompt chunk of at most
- * max_rows (0 = all), or the verification window [pending, drafts...].
- * fwd->n == 0 when there is nothing to run (finished). */
-int sp_seq_plan(sp_seq *q, int max_rows, sp_fwd_seq *fwd, sp_err *err);
-/* The same for a pass that already holds pass_rows rows of other
- * sequences, expected to emit pass_tokens tokens: the adaptive draft
- * length then maximises the whole pass's rate (sp_adapt_choose_in). */
-int sp_seq_plan_in(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_fwd_seq *fwd,
-                   sp_err *err);
+/* Plans this sequence's rows of the next pass into fwd: a prompt chunk of
+ * at most max_rows (0 = all), or the verification window [pending,
+ * drafts...].  The pass already holds pass_rows rows of other sequences,
+ * expected to emit pass_tokens tokens: the adaptive draft length maximises
+ * the whole pass's rate (sp_adapt_choose_in).  fwd->n == 0 when there is
+ * nothing to run (the sequence has finished). */
+int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_fwd_seq *fwd,
+                sp_err *err);
 /* Tokens the last planned pass of q is expected to emit (its controller's
  * estimate; 0 for a prompt chunk that is not the last). */
 double sp_seq_planned_tokens(const sp_seq *q);
-/* After the caller ran the planned rows (alone or batched with other
- * sequences' rows): accept walk, cache compaction, commit, emission.
- * verify_ns is the pass's time, for statistics. */
-int sp_seq_finish(sp_seq *q, uint64_t verify_ns, sp_err *err);
-/* begin + prefill through sp_seq_step until the first token is emitted. */
-int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err);
-/* plan + forward of this sequence alone + finish. */
-int sp_seq_step(sp_seq *q, sp_err *err);
-sp_finish sp_seq_finished(const sp_seq *q);
+/* After the planned rows ran (alone or batched with other sequences'
+ * rows): accept walk, cache compaction, commit, emission.  verify_ns is
+ * the pass's time, for statistics. */
+int sp_seq_apply(sp_seq *q, uint64_t verify_ns, sp_err *err);
+/* Ends the sequence now with `why` (SP_FINISH_CANCELLED or _ERROR); the
+ * cache keeps what it holds. */
+void sp_seq_abort(sp_seq *q, sp_finish why);
+/* SP_FINISH_NONE while running, else why it ended. */
+sp_finish sp_seq_finish_reason(const sp_seq *q);
 const sp_spec_stats *sp_seq_stats(const sp_seq *q);
-/* Inside the emit callback: the target's logit row (n_vocab floats, before
- * any sampler transform) from which the token being emitted was sampled
- * (borrowed; NULL outside the callback).  For logprobs. */
-const float *sp_seq_emit_logits(const sp_seq *q);
-
-/* Convenience: start and step until finished. */
-int sp_generate(const sp_model *m, sp_kv *kv, sp_workspace *ws, sp_sampler *smp, sp_draft *draft,
-                const sp_gen_config *cfg, const int32_t *prompt, int n_prompt, sp_emit_fn emit,
-                void *ud, sp_spec_stats *stats, sp_finish *finish, sp_err *err);
 
 #endif /* SP_SPEC_H */

@@ -8,6 +8,7 @@
 #define SP_SPEC_FIXTURE_H
 
 #include "test_util.h"
+#include "engine/engine.h"
 #include "speculative/speculative.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,7 +20,8 @@ typedef struct run_out {
     const sp_tokenizer *tok;     /* stop at end-of-generation tokens (set by fx_gen) */
 } run_out;
 
-static inline sp_emit_result fx_collect(void *ud, int32_t t, bool drafted) {
+static inline sp_emit_result fx_collect(void *ud, int32_t t, bool drafted, const float *logits) {
+    (void)logits;
     run_out *o = ud;
     if (o->n < 512) { o->drafted[o->n] = drafted; o->toks[o->n] = t; }
     o->n++;
@@ -81,30 +83,54 @@ static inline void fx_prompt(const fixture *f, const char *user, sp_tokens *out)
     free(text);
 }
 
-/* One generation (drafter NULL = plain) with top-k 40, top-p 0.95, seed
- * 1234; returns its stats, the finish reason and the final cache length. */
+/* A one-slot context of n_ctx tokens on the fixture's pool, with the
+ * cost curve that makes the adaptive controller draft. */
+static inline sp_ctx *fx_ctx(fixture *f, int n_slots, int n_ctx) {
+    sp_err err;
+    sp_ctx_params cp = sp_ctx_default_params();
+    cp.n_slots = n_slots;
+    cp.n_ctx = n_ctx;
+    cp.batch_rows = 64;
+    cp.pool = f->pool;
+    cp.cost = &f->cheap;
+    sp_ctx *c = sp_ctx_create(f->m, f->tok, &cp, &err);
+    if (!c) fail_msg("context: %s", err.msg);
+    return c;
+}
+
+/* The sampling the fixture's generations use: top-k 40, top-p 0.95,
+ * seed 1234. */
+static inline sp_sampler_params fx_sampling(float temp) {
+    sp_sampler_params sp = sp_sampler_defaults();
+    sp.temperature = temp; sp.top_k = 40; sp.top_p = 0.95f; sp.seed = 1234;
+    return sp;
+}
+
+/* One generation (drafter NULL = plain) in a context of its own; returns
+ * its stats, the finish reason and the final cache length. */
 static inline sp_spec_stats fx_gen(fixture *f, sp_drafter *dr, const sp_tokens *p, float temp, int draft_max,
                             int max_tokens, int n_ctx, run_out *o, sp_finish *fin, int *kv_n) {
     sp_err err;
-    sp_sampler_params sp = sp_sampler_defaults();
-    sp.temperature = temp; sp.top_k = 40; sp.top_p = 0.95f; sp.seed = 1234;
-    sp_sampler *smp = sp_sampler_create(&sp, f->m->hp.n_vocab);
-    sp_kv *kv = sp_kv_create(f->m, n_ctx);
-    sp_target t = sp_target_full(f->m, f->tok, &sp);
-    sp_draft *d = dr ? sp_draft_open(dr, &t, &err) : NULL;
-    if (dr && !d) fail_msg("open: %s", err.msg);
-    sp_gen_config cfg = { .max_tokens = max_tokens, .draft_max = dr ? draft_max : 0, .cost = &f->cheap };
-    sp_spec_stats st;
-    sp_finish fn;
+    sp_ctx *c = fx_ctx(f, 1, n_ctx);
+    sp_seq_params sq = sp_seq_default_params();
+    sq.prompt = p->ids;
+    sq.n_prompt = p->n;
+    sq.max_tokens = max_tokens;
+    sq.sampling = fx_sampling(temp);
+    sq.drafter = dr;
+    sq.draft_max = draft_max;
+    sq.emit = fx_collect;
+    sq.ud = o;
     o->n = 0;
     o->tok = f->tok;
-    if (sp_generate(f->m, kv, f->ws, smp, d, &cfg, p->ids, p->n, fx_collect, o, &st, &fn, &err))
-        fail_msg("generate: %s", err.msg);
-    if (fin) *fin = fn;
-    if (kv_n) *kv_n = kv->n;
-    sp_draft_close(d);           /* (suffix: the output joins the engine-wide trie) */
-    sp_kv_free(kv);
-    sp_sampler_free(smp);
+    const int id = sp_ctx_add(c, &sq, &err);
+    if (id < 0) fail_msg("add: %s", err.msg);
+    while (sp_ctx_seq_finish(c, id) == SP_FINISH_NONE) sp_ctx_step(c);
+    if (sp_ctx_seq_finish(c, id) == SP_FINISH_ERROR) fail_msg("generate: %s", sp_ctx_seq_error(c, id));
+    const sp_spec_stats st = *sp_ctx_seq_stats(c, id);
+    if (fin) *fin = sp_ctx_seq_finish(c, id);
+    if (kv_n) *kv_n = sp_ctx_seq_n_cached(c, id);
+    sp_ctx_free(c);              /* closes the draft (suffix: the output joins the engine-wide trie) */
     return st;
 }
 

@@ -1,7 +1,8 @@
 /* The server's scheduler on the real models: several jobs of different
  * lengths, sampling settings and speculation methods, run as rows of
  * shared batched passes with chunked prefill, each produce exactly the
- * text (and logprobs) of the same generation run alone with sp_generate;
+ * text (and logprobs) of the same generation run alone in a context of its
+ * own;
  * a cancelled job frees its slot; stop strings cut the text. */
 #include "spec_fixture.h"
 #include "serve/internal.h"
@@ -54,7 +55,7 @@ static sp_sampler_params params_of(const spec_case *c) {
     return p;
 }
 
-/* ---- the solo reference: sp_generate with its own cache ---------------- */
+/* ---- the solo reference: alone in a one-slot context --------------------- */
 
 typedef struct solo_out {
     const sp_tokenizer *tok;
@@ -63,8 +64,8 @@ typedef struct solo_out {
     size_t n;
 } solo_out;
 
-static sp_emit_result solo_emit(void *ud, int32_t t, bool drafted) {
-    (void)drafted;
+static sp_emit_result solo_emit(void *ud, int32_t t, bool drafted, const float *logits) {
+    (void)drafted; (void)logits;
     solo_out *o = ud;
     if (sp_tokenizer_is_eog(o->tok, t)) return SP_EMIT_STOP;
     char buf[1024];
@@ -79,23 +80,38 @@ static void solo(fixture *f, const spec_case *c, const sp_tokens *prompt, solo_o
     memset(o, 0, sizeof *o);
     o->tok = f->tok;
     sp_err err;
-    sp_sampler_params p = params_of(c);
-    sp_sampler *smp = sp_sampler_create(&p, f->m->hp.n_vocab);
-    sp_kv *kv = sp_kv_create(f->m, 1024);
-    sp_drafter *dr = drafter_of(f, c->method);
-    sp_target t = sp_target_of(f->m);
-    sp_draft *d = dr ? sp_draft_open(dr, &t, &err) : NULL;
-    sp_gen_config cfg = { .max_tokens = c->max_tokens, .draft_max = dr ? c->draft_max : 0, .cost = &f->cheap };
-    assert_int_equal(sp_generate(f->m, kv, f->ws, smp, d, &cfg, prompt->ids, prompt->n, solo_emit, o,
-                                 NULL, NULL, &err), 0);
+    sp_ctx *ctx = fx_ctx(f, 1, 1024);
+    sp_seq_params sq = sp_seq_default_params();
+    sq.prompt = prompt->ids;
+    sq.n_prompt = prompt->n;
+    sq.max_tokens = c->max_tokens;
+    sq.sampling = params_of(c);
+    sq.drafter = drafter_of(f, c->method);
+    sq.draft_max = c->draft_max;
+    sq.emit = solo_emit;
+    sq.ud = o;
+    assert_int_equal(sp_ctx_generate(ctx, &sq, NULL, NULL, &err), 0);
     char buf[64];
     size_t k = sp_detok_flush(&o->d, buf, sizeof buf);
     memcpy(o->text + o->n, buf, k);
     o->n += k;
     o->text[o->n] = 0;
-    sp_draft_close(d);
-    sp_kv_free(kv);
-    sp_sampler_free(smp);
+    sp_ctx_free(ctx);
+}
+
+/* The server's context: parallel slots of n_ctx tokens, a step budget of
+ * batch_rows rows. */
+static sp_ctx *server_ctx(fixture *f, int parallel, int n_ctx, int batch_rows) {
+    sp_err err;
+    sp_ctx_params cp = sp_ctx_default_params();
+    cp.n_slots = parallel;
+    cp.n_ctx = n_ctx;
+    cp.batch_rows = batch_rows;
+    cp.pool = f->pool;
+    cp.cost = &f->cheap;
+    sp_ctx *c = sp_ctx_create(f->m, f->tok, &cp, &err);
+    assert_non_null(c);
+    return c;
 }
 
 /* ---- the scheduled run --------------------------------------------------- */
@@ -104,7 +120,7 @@ static sp_job *make_job(fixture *f, const spec_case *c, const sp_tokens *prompt,
     sp_sampler_params p = params_of(c);
     sp_job_cfg jc = { .m = f->m, .tok = f->tok, .prompt = prompt->ids, .n_prompt = prompt->n,
                       .max_tokens = c->max_tokens, .sampling = &p, .stops = stops, .n_stops = n_stops,
-                      .drafter = drafter_of(f, c->method), .draft_max = c->draft_max, .cost = &f->cheap,
+                      .drafter = drafter_of(f, c->method), .draft_max = c->draft_max,
                       .logprobs = true, .top_logprobs = 2, .ignore_eos = c->ignore_eos };
     sp_api_err e;
     sp_job *j = sp_job_create(&jc, &e);
@@ -173,8 +189,8 @@ static void scheduled_equals_solo(fixture *f) {
         solo(f, &cases[i], &prompts[i], &ref[i]);
     }
     sp_metrics *mx = sp_metrics_create();
-    sp_sched_opts so = { .parallel = 3, .n_ctx = 1024, .batch_rows = 16, .queue_max = 8 };
-    sp_sched *s = sp_sched_create(f->m, f->ws, &so, mx);
+    sp_ctx *ctx = server_ctx(f, 3, 1024, 16);
+    sp_sched *s = sp_sched_create(ctx, 8, mx);
     sp_job *jobs[NC];
     sp_api_err e;
     for (int i = 0; i < NC; i++) {
@@ -200,6 +216,7 @@ static void scheduled_equals_solo(fixture *f) {
     if (!(all > one + 5)) fail_msg("steps %g, with one sequence %g", all, one);
     free(t);
     sp_sched_free(s);
+    sp_ctx_free(ctx);
     sp_metrics_free(mx);
 }
 
@@ -210,8 +227,8 @@ static void test_scheduled_equals_solo_gemma(void **state) { scheduled_equals_so
  * output is still exact. */
 static void test_cancel_frees_slot(void **state) {
     fixture *f = *state;
-    sp_sched_opts so = { .parallel = 1, .n_ctx = 512, .batch_rows = 64, .queue_max = 4 };
-    sp_sched *s = sp_sched_create(f->m, f->ws, &so, NULL);
+    sp_ctx *ctx = server_ctx(f, 1, 512, 64);
+    sp_sched *s = sp_sched_create(ctx, 4, NULL);
     spec_case longc = { "Tell me a story.", 0.8f, 5, 400, "ngram", 4, true };
     spec_case next = { "The capital of France is", 0.0f, 1, 10, "ngram", 4, false };
     sp_tokens p1, p2;
@@ -239,6 +256,7 @@ static void test_cancel_frees_slot(void **state) {
     sp_tokens_free(&p1);
     sp_tokens_free(&p2);
     sp_sched_free(s);
+    sp_ctx_free(ctx);
 }
 
 /* Stop strings cut the text at the first stop string; the queue bound and
@@ -255,8 +273,8 @@ static void test_stop_and_overload(void **state) {
     memcpy(stop, ref.text + 3, 3);
     const char *cut = strstr(ref.text, stop);
     char *stops[] = { stop };
-    sp_sched_opts so = { .parallel = 1, .n_ctx = 512, .batch_rows = 64, .queue_max = 1 };
-    sp_sched *s = sp_sched_create(f->m, f->ws, &so, NULL);
+    sp_ctx *ctx = server_ctx(f, 1, 512, 64);
+    sp_sched *s = sp_sched_create(ctx, 1, NULL);
     sp_job *j = make_job(f, &c, &p, stops, 1);
     sp_api_err e;
     assert_int_equal(sp_sched_submit(s, j, &e), 0);
@@ -292,6 +310,7 @@ static void test_stop_and_overload(void **state) {
     sp_tokens_free(&p);
     sp_tokens_free(&lp);
     sp_sched_free(s);
+    sp_ctx_free(ctx);
 }
 
 int main(void) {

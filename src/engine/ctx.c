@@ -1,0 +1,289 @@
+/* sp_ctx: KV slots, sequences in them, and the plan -> one batched
+ * forward -> apply step (see engine.h). */
+#include "engine/engine.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct slot {
+    bool used;
+    sp_kv *kv;                       /* owned, reused by the slot's sequences */
+    sp_seq *seq;                     /* owned while used */
+    sp_sampler *smp;                 /* owned while used */
+    sp_draft *draft;                 /* owned while used, NULL = plain */
+    uint64_t admitted;               /* admission order, for prefill fairness */
+    char err[sizeof(sp_err)];        /* why it ended with SP_FINISH_ERROR */
+} slot;
+
+struct sp_ctx {
+    const sp_model *m;               /* borrowed */
+    const sp_tokenizer *tok;         /* borrowed */
+    sp_ctx_params p;                 /* defaults filled in */
+    sp_pool *pool;
+    bool own_pool;
+    sp_workspace *ws;                /* owned */
+    slot *slots;                     /* (n_slots) */
+    uint64_t n_admitted;
+    const sp_cost_curve *cost;       /* the given curve, or &measured once known */
+    sp_cost_curve measured;
+    /* step scratch */
+    sp_fwd_seq *fwds;                /* (n_slots) */
+    int *fwd_slot;                   /* (n_slots) the slot of fwds[i] */
+    int *order;                      /* (n_slots) */
+    sp_ctx_pass last;
+};
+
+sp_ctx_params sp_ctx_default_params(void) {
+    return (sp_ctx_params){ .n_slots = 1, .n_ctx = 0, .batch_rows = 256 };
+}
+
+sp_seq_params sp_seq_default_params(void) {
+    return (sp_seq_params){ .max_tokens = 128, .sampling = sp_sampler_defaults(),
+                            .draft_max = SP_DRAFT_ADAPTIVE };
+}
+
+/* ----------------------------------------------------------------------------
+ * Life cycle
+ * ------------------------------------------------------------------------- */
+
+sp_ctx *sp_ctx_create(const sp_model *m, const sp_tokenizer *tok, const sp_ctx_params *p, sp_err *err) {
+    sp_ctx_params o = p ? *p : sp_ctx_default_params();
+    if (o.n_ctx <= 0) o.n_ctx = m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
+    if (o.batch_rows <= 0) o.batch_rows = 256;
+    if (o.n_slots < 1 || o.n_slots > 4096) {
+        sp_err_set(err, "context: 1 to 4096 slots (got %d)", o.n_slots);
+        return NULL;
+    }
+    if (o.n_ctx < 2) {
+        sp_err_set(err, "context: a slot must hold at least 2 tokens (got %d)", o.n_ctx);
+        return NULL;
+    }
+    sp_ctx *c = sp_xcalloc(1, sizeof *c);
+    c->m = m;
+    c->tok = tok;
+    c->own_pool = !o.pool;
+    if (!o.threads) o.threads = o.pool ? sp_pool_size(o.pool) : sp_physical_cores();
+    c->pool = o.pool ? o.pool : sp_pool_create(o.threads);
+    o.pool = c->pool;
+    c->p = o;
+    c->ws = sp_workspace_create(m, o.batch_rows, c->pool);
+    c->cost = o.cost;
+    c->slots = sp_xcalloc((size_t)o.n_slots, sizeof *c->slots);
+    for (int i = 0; i < o.n_slots; i++) c->slots[i].kv = sp_kv_create(m, o.n_ctx);
+    c->fwds = sp_xcalloc((size_t)o.n_slots, sizeof *c->fwds);
+    c->fwd_slot = sp_xcalloc((size_t)o.n_slots, sizeof *c->fwd_slot);
+    c->order = sp_xcalloc((size_t)o.n_slots, sizeof *c->order);
+    return c;
+}
+
+void sp_ctx_free(sp_ctx *c) {
+    if (!c) return;
+    for (int i = 0; i < c->p.n_slots; i++) {
+        sp_ctx_remove(c, i);
+        sp_kv_free(c->slots[i].kv);
+    }
+    free(c->slots);
+    free(c->fwds);
+    free(c->fwd_slot);
+    free(c->order);
+    sp_workspace_free(c->ws);
+    if (c->own_pool) sp_pool_free(c->pool);
+    free(c);
+}
+
+const sp_model *sp_ctx_model(const sp_ctx *c) { return c->m; }
+const sp_tokenizer *sp_ctx_tokenizer(const sp_ctx *c) { return c->tok; }
+sp_pool *sp_ctx_pool(const sp_ctx *c) { return c->pool; }
+sp_workspace *sp_ctx_workspace(const sp_ctx *c) { return c->ws; }
+int sp_ctx_threads(const sp_ctx *c) { return c->p.threads; }
+int sp_ctx_n_ctx(const sp_ctx *c) { return c->p.n_ctx; }
+int sp_ctx_n_slots(const sp_ctx *c) { return c->p.n_slots; }
+sp_ctx_pass sp_ctx_last_pass(const sp_ctx *c) { return c->last; }
+
+int sp_ctx_n_seqs(const sp_ctx *c) {
+    int n = 0;
+    for (int i = 0; i < c->p.n_slots; i++) n += c->slots[i].used;
+    return n;
+}
+
+int sp_ctx_cost(sp_ctx *c, const sp_cost_curve **out, sp_err *err) {
+    if (!c->cost) {
+        if (sp_cost_get(c->m, c->ws, c->p.threads, &c->measured, err)) return -1;
+        c->cost = &c->measured;
+    }
+    *out = c->cost;
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------
+ * Sequences
+ * ------------------------------------------------------------------------- */
+
+static slot *slot_of(const sp_ctx *c, int id) {
+    assert(id >= 0 && id < c->p.n_slots && c->slots[id].used);
+    return &c->slots[id];
+}
+
+static void slot_release(slot *s) {
+    sp_seq_free(s->seq);
+    sp_draft_close(s->draft);
+    sp_sampler_free(s->smp);
+    s->seq = NULL;
+    s->draft = NULL;
+    s->smp = NULL;
+    s->used = false;
+    s->err[0] = 0;
+}
+
+int sp_ctx_add(sp_ctx *c, const sp_seq_params *p, sp_err *err) {
+    assert(p->emit);
+    int id = 0;
+    while (id < c->p.n_slots && c->slots[id].used) id++;
+    if (id == c->p.n_slots) return sp_err_set(err, "no free slot (%d sequences running)", c->p.n_slots);
+    const int V = c->m->hp.n_vocab;
+    if (sp_sampler_validate(&p->sampling, V, err)) return -1;
+    const bool drafts = p->drafter && p->draft_max != 0;
+    const sp_cost_curve *cost = NULL;
+    if (drafts && p->draft_max == SP_DRAFT_ADAPTIVE && sp_ctx_cost(c, &cost, err)) return -1;
+    slot *s = &c->slots[id];
+    s->smp = sp_sampler_create(&p->sampling, V);
+    if (p->penalize_prompt)
+        for (int i = 0; i < p->n_prompt; i++) sp_sampler_accept(s->smp, p->prompt[i]);
+    if (drafts) {
+        const sp_target t = sp_target_full(c->m, c->tok, sp_sampler_params_of(s->smp));
+        if (!(s->draft = sp_draft_open(p->drafter, &t, err))) {
+            slot_release(s);
+            return -1;
+        }
+    }
+    sp_kv_trim(s->kv, 0);
+    const sp_gen_config cfg = { .max_tokens = p->max_tokens, .draft_max = drafts ? p->draft_max : 0,
+                                .cost = cost };
+    s->seq = sp_seq_create(c->m, s->kv, s->smp, s->draft, &cfg, p->emit, p->ud);
+    s->used = true;
+    if (sp_seq_start(s->seq, p->prompt, p->n_prompt, err)) {
+        slot_release(s);
+        return -1;
+    }
+    s->admitted = c->n_admitted++;
+    return id;
+}
+
+void sp_ctx_cancel(sp_ctx *c, int id) { sp_seq_abort(slot_of(c, id)->seq, SP_FINISH_CANCELLED); }
+
+void sp_ctx_remove(sp_ctx *c, int id) {
+    assert(id >= 0 && id < c->p.n_slots);
+    if (c->slots[id].used) slot_release(&c->slots[id]);
+}
+
+sp_finish sp_ctx_seq_finish(const sp_ctx *c, int id) { return sp_seq_finish_reason(slot_of(c, id)->seq); }
+bool sp_ctx_seq_prefilling(const sp_ctx *c, int id) { return sp_seq_prefilling(slot_of(c, id)->seq); }
+const sp_spec_stats *sp_ctx_seq_stats(const sp_ctx *c, int id) { return sp_seq_stats(slot_of(c, id)->seq); }
+const char *sp_ctx_seq_error(const sp_ctx *c, int id) { return slot_of(c, id)->err; }
+int sp_ctx_seq_n_cached(const sp_ctx *c, int id) { return slot_of(c, id)->kv->n; }
+
+/* Ends slot i's sequence with an error message. */
+static void fail_slot(sp_ctx *c, int i, const char *msg) {
+    slot *s = &c->slots[i];
+    snprintf(s->err, sizeof s->err, "%s", msg);
+    sp_seq_abort(s->seq, SP_FINISH_ERROR);
+}
+
+/* ----------------------------------------------------------------------------
+ * The step
+ * ------------------------------------------------------------------------- */
+
+static bool running(const sp_ctx *c, int i) {
+    return c->slots[i].used && sp_seq_finish_reason(c->slots[i].seq) == SP_FINISH_NONE;
+}
+
+/* Plans slot i with at most max_rows rows (0 = all) into a pass that
+ * already holds `rows` rows expected to emit *tokens tokens; adds it to the
+ * pass if it has rows (and its expected tokens to *tokens).  Returns the
+ * rows added. */
+static int plan_slot(sp_ctx *c, int i, int max_rows, int rows, double *tokens, int *n) {
+    sp_err e;
+    sp_fwd_seq *f = &c->fwds[*n];
+    sp_seq *q = c->slots[i].seq;
+    if (sp_seq_plan(q, max_rows, rows, *tokens, f, &e)) {
+        fail_slot(c, i, e.msg);
+        return 0;
+    }
+    if (f->n == 0) return 0;
+    c->fwd_slot[(*n)++] = i;
+    *tokens += sp_seq_planned_tokens(q);
+    return f->n;
+}
+
+/* Running prefilling slots, oldest admission first. */
+static int prefill_order(const sp_ctx *c, int *order) {
+    int n = 0;
+    for (int i = 0; i < c->p.n_slots; i++) {
+        if (!running(c, i) || !sp_seq_prefilling(c->slots[i].seq)) continue;
+        int k = n++;
+        while (k > 0 && c->slots[order[k - 1]].admitted > c->slots[i].admitted) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = i;
+    }
+    return n;
+}
+
+/* Plans the pass: decoding windows first, each sequence's draft length
+ * chosen for the pass as planned so far (more rows make extra draft rows
+ * dearer), then prompt chunks within the rest of the row budget.  Returns
+ * the sequences planned; *rows_out the rows. */
+static int plan_pass(sp_ctx *c, int *rows_out) {
+    int n = 0, rows = 0;
+    double tokens = 0.0;
+    for (int i = 0; i < c->p.n_slots; i++)
+        if (running(c, i) && !sp_seq_prefilling(c->slots[i].seq))
+            rows += plan_slot(c, i, 0, rows, &tokens, &n);
+    const int quarter = c->p.batch_rows / 4 > 0 ? c->p.batch_rows / 4 : 1;
+    int budget = c->p.batch_rows - rows;
+    if (budget < quarter) budget = quarter;
+    const int n_pre = prefill_order(c, c->order);
+    for (int k = 0; k < n_pre && budget > 0; k++) {
+        const int got = plan_slot(c, c->order[k], budget, rows, &tokens, &n);
+        budget -= got;
+        rows += got;
+    }
+    *rows_out = rows;
+    return n;
+}
+
+int sp_ctx_step(sp_ctx *c) {
+    int rows = 0;
+    const int n = plan_pass(c, &rows);
+    c->last = (sp_ctx_pass){ n, rows, 0 };
+    if (n > 0) {
+        sp_err e;
+        const uint64_t t0 = sp_now_ns();
+        const int rc = sp_model_forward_batch(c->m, c->ws, c->fwds, n, &e);
+        c->last.ns = sp_now_ns() - t0;
+        for (int k = 0; k < n; k++) {
+            const int i = c->fwd_slot[k];
+            if (rc) fail_slot(c, i, e.msg);
+            else if (sp_seq_apply(c->slots[i].seq, c->last.ns, &e)) fail_slot(c, i, e.msg);
+        }
+    }
+    int left = 0;
+    for (int i = 0; i < c->p.n_slots; i++) left += running(c, i);
+    return left;
+}
+
+int sp_ctx_generate(sp_ctx *c, const sp_seq_params *p, sp_spec_stats *stats, sp_finish *finish,
+                    sp_err *err) {
+    const int id = sp_ctx_add(c, p, err);
+    if (id < 0) return -1;
+    while (sp_ctx_seq_finish(c, id) == SP_FINISH_NONE) sp_ctx_step(c);
+    const sp_finish f = sp_ctx_seq_finish(c, id);
+    if (stats) *stats = *sp_ctx_seq_stats(c, id);
+    if (finish) *finish = f;
+    const int rc = f == SP_FINISH_ERROR ? sp_err_set(err, "%s", sp_ctx_seq_error(c, id)) : 0;
+    sp_ctx_remove(c, id);
+    return rc;
+}
