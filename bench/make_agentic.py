@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes bench/agentic.jsonl: a repetitive, agentic workload for `specula bench`.
 
-Same format as ../shared/bench/prompts.jsonl (id, category, messages,
-max_tokens).  Three kinds of request:
+Same format as bench/prompts.jsonl (id, category, messages, max_tokens).
+Three kinds of request:
 
   agentic_edit  ten rounds of "apply this small edit to the file you just
                 printed".  `specula bench` runs every line as an independent

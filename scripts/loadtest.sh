@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Load test of `specula serve` on loopback with Locust (PyPI): for 1, 2, 4 and
 # 8 concurrent clients, with and without speculation, a closed loop of
-# streamed chat completions over the shared bench prompts.  Prints a
-# markdown table (requests/s, aggregate tok/s, p50/p95 TTFT and ITL,
-# acceptance) and leaves Locust's CSVs under build/loadtest/.
+# streamed chat completions over the bench prompts (bench/prompts.jsonl,
+# -p another set).  Prints a markdown table (requests/s, aggregate tok/s,
+# p50/p95 TTFT and ITL, acceptance) and leaves Locust's CSVs under
+# build/loadtest/.
 #
 #   scripts/loadtest.sh [-m MODEL] [-d SECONDS] [-n MAX_TOKENS] [-c "1 2 4 8"] [-s "none ngram"] [-b BINARY]
 #
@@ -12,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=smollm2-135m; dur=60; maxtok=64; clients="1 2 4 8"; methods="none ngram"
-prompts=../shared/bench/prompts.jsonl
+prompts=bench/prompts.jsonl
 bin=build/release/specula
 while getopts "m:d:n:c:s:p:b:" o; do
     case $o in

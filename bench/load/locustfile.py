@@ -1,6 +1,6 @@
 """Locust user for `scripts/loadtest.sh`: a closed loop of streamed chat
-completions against `specula serve`, each client cycling through the shared
-bench prompts (../shared/bench/prompts.jsonl).
+completions against `specula serve`, each client cycling through the bench
+prompts (bench/prompts.jsonl unless SPECULA_LOAD_PROMPTS names another set).
 
 Locust (PyPI) keeps the statistics.  Besides the requests themselves it
 records two custom entries per request so that its percentile tables give
@@ -13,7 +13,8 @@ file named by SPECULA_LOAD_OUT when the run ends.
 
 Environment: SPECULA_LOAD_METHOD (speculative.method: none, ngram, ...),
 SPECULA_LOAD_MAX_TOKENS (cap on each prompt's max_tokens, default 64),
-SPECULA_LOAD_PROMPTS (JSONL file), SPECULA_LOAD_MODEL (model id).
+SPECULA_LOAD_PROMPTS (JSONL file, default bench/prompts.jsonl, relative to
+the current directory), SPECULA_LOAD_MODEL (model id).
 """
 import itertools
 import json
@@ -26,7 +27,7 @@ from locust.runners import MasterRunner
 METHOD = os.environ.get("SPECULA_LOAD_METHOD", "ngram")
 MAX_TOKENS = int(os.environ.get("SPECULA_LOAD_MAX_TOKENS", "64"))
 MODEL = os.environ.get("SPECULA_LOAD_MODEL", "smollm2-135m")
-PROMPTS = [json.loads(line) for line in open(os.environ["SPECULA_LOAD_PROMPTS"]) if line.strip()]
+PROMPTS = [json.loads(line) for line in open(os.environ.get("SPECULA_LOAD_PROMPTS", "bench/prompts.jsonl")) if line.strip()]
 TOTALS = {"requests": 0, "errors": 0, "completion_tokens": 0, "drafted": 0, "accepted": 0,
           "first_request": None, "last_response": None}
 USER_IDS = itertools.count()

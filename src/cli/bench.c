@@ -26,7 +26,7 @@ static const char bench_help[] =
     "\n"
     "options:\n"
     SP_ENGINE_OPTS_HELP
-    "      --prompts FILE      JSONL prompts (default ../shared/bench/prompts.jsonl): one\n"
+    "      --prompts FILE      JSONL prompts (default bench/prompts.jsonl): one\n"
     "                          {\"id\",\"category\",\"messages\",\"max_tokens\"} per line\n"
     "      --methods LIST      comma-separated, e.g. plain,ngram,suffix,ngram+draft (default\n"
     "                          plain,ngram); A+B tries A, then B when A proposes nothing\n"
@@ -74,7 +74,7 @@ typedef struct bench_opts {
 
 static int load_prompts(const bench_opts *o, const sp_engine *e, prompt *ps, int *n_out, sp_err *err) {
     FILE *f = fopen(o->prompts_path, "r");
-    if (!f) return sp_err_set(err, "cannot open prompt set '%s'", o->prompts_path);
+    if (!f) return sp_err_set(err, "cannot open prompt set '%s' (run from the repository root or pass --prompts FILE)", o->prompts_path);
     char *line = NULL;
     size_t cap = 0;
     int n = 0, lineno = 0, rc = 0;
@@ -368,7 +368,7 @@ static int parse_methods(const char *s, bench_opts *o) {
 
 int sp_cmd_bench(int argc, char **argv) {
     sp_engine_opts eo = { 0 };
-    bench_opts o = { .prompts_path = "../shared/bench/prompts.jsonl", .repeats = 3, .warmup = 1,
+    bench_opts o = { .prompts_path = "bench/prompts.jsonl", .repeats = 3, .warmup = 1,
                      .draft_max = SP_DRAFT_ADAPTIVE, .seed = 1 };
     sp_spec_cli_init(&o.spec);
     const char *methods = "plain,ngram", *models[8];

@@ -32,7 +32,7 @@ static const char tune_help[] =
     "\n"
     "options:\n"
     SP_ENGINE_OPTS_HELP
-    "      --prompts FILE      JSONL prompts (default ../shared/bench/prompts.jsonl)\n"
+    "      --prompts FILE      JSONL prompts (default bench/prompts.jsonl)\n"
     "      --limit N           calibration prompts (default 4)\n"
     "      --tokens N          greedy tokens per calibration prompt (default 48)\n"
     "      --no-save           print the result only\n"
@@ -158,7 +158,7 @@ static double measure(const sp_engine *e, const uint8_t *keep, const calib *c, i
 
 int sp_cmd_tune_self(int argc, char **argv) {
     sp_engine_opts eo = { 0 };
-    const char *prompts = "../shared/bench/prompts.jsonl";
+    const char *prompts = "bench/prompts.jsonl";
     int limit = 4, tokens = 48;
     bool save = true;
     sp_args a = { "tune-self", argc, argv, 1 };
