@@ -5,9 +5,11 @@
 #   make asan       ASan+UBSan     -> build/asan/specula (+ unit tests)
 #   make test       build release + asan and run the whole suite (tests/run.sh)
 #   make fuzz       libFuzzer harness for the GGUF reader (clang)
+#   make install    PREFIX=/usr/local DESTDIR=: the binary, libspecula.a and
+#                   libspecula.so, include/specula.h and specula.pc
 #
-# One binary runs on any x86-64: no -march=native.  SIMD paths (later) are
-# chosen at run time.
+# One binary runs on any x86-64: no -march=native.  The SIMD kernels
+# (AVX2, AVX-VNNI, AVX-512 VNNI) are chosen at run time.
 
 CC       ?= cc
 CSTD     := -std=c11 -D_GNU_SOURCE
@@ -30,7 +32,8 @@ else
 endif
 
 O        := build/$(BUILD)
-CFLAGS_ALL := $(CSTD) $(WARN) $(INC) $(OPT) $(CFLAGS)
+# -fPIC: the same objects make the static and the shared library
+CFLAGS_ALL := $(CSTD) $(WARN) $(INC) $(OPT) -fPIC $(CFLAGS)
 LDFLAGS_ALL := $(OPT) $(LDFLAGS)
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/gguf/*.c src/kernels/*.c src/model/*.c \
@@ -46,8 +49,8 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(O)/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)
 MODEL_BIN := $(MODEL_SRC:tests/model/%.c=$(O)/tests/%)
 
-.PHONY: all release debug asan test unit fuzz clean
-all: $(O)/specula $(O)/libspecula.a
+.PHONY: all release debug asan test unit fuzz clean install
+all: $(O)/specula $(O)/libspecula.a $(O)/libspecula.so
 
 release:
 	$(MAKE) BUILD=release
@@ -61,6 +64,13 @@ tests: $(UNIT_BIN) $(MODEL_BIN)
 $(O)/libspecula.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
+
+# The shared library exports the public API (include/specula.h) only.
+SOVERSION := 1
+$(O)/libspecula.so: $(LIB_OBJ) src/engine/specula.map
+	$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libspecula.so.$(SOVERSION) \
+	    -Wl,--version-script=src/engine/specula.map -o $@.$(SOVERSION) $(LIB_OBJ) $(LIBS)
+	ln -sf libspecula.so.$(SOVERSION) $@
 
 $(O)/specula: $(CLI_OBJ) $(O)/libspecula.a
 	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(O)/libspecula.a $(LIBS)
@@ -101,6 +111,22 @@ fuzz: build/fuzz/fuzz_gguf
 build/fuzz/fuzz_gguf: fuzz/fuzz_gguf.c $(wildcard src/base/*.c src/gguf/*.c src/base/*.h src/gguf/*.h)
 	@mkdir -p $(@D)
 	clang $(CSTD) $(INC) -O1 -g -fsanitize=fuzzer,address,undefined -o $@ fuzz/fuzz_gguf.c $(wildcard src/base/*.c src/gguf/*.c) -lpthread -lm
+
+# Installs the release build.  PREFIX is where it will live (written into
+# specula.pc); DESTDIR stages it elsewhere (packaging).
+PREFIX ?= /usr/local
+DESTDIR ?=
+VERSION := 0.$(shell sed -n 's/^#define SPECULA_API_VERSION \([0-9]*\).*/\1/p' include/specula.h)
+install:
+	$(MAKE) BUILD=release all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 755 build/release/specula $(DESTDIR)$(PREFIX)/bin/specula
+	install -m 644 build/release/libspecula.a $(DESTDIR)$(PREFIX)/lib/libspecula.a
+	install -m 755 build/release/libspecula.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libspecula.so.$(SOVERSION)
+	ln -sf libspecula.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libspecula.so
+	install -m 644 include/specula.h $(DESTDIR)$(PREFIX)/include/specula.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    -e 's|@LIBS_PRIVATE@|$(LIBS)|g' specula.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/specula.pc
 
 clean:
 	rm -rf build
