@@ -7,21 +7,21 @@
  *     render the chat template, tokenize           -> 400 on context overflow
  *     submit a job to the scheduler (sched.c)      -> 503 + Retry-After when full
  *     wait for its output: one JSON answer, or SSE chunks as tokens come
- *   scheduler thread (sched.c)
+ *   scheduler thread (sched.c), the only user of the engine context
  *     between steps: drop cancelled jobs, admit queued ones into free slots
- *     one step: every decoding sequence's verification window [pending,
- *       drafts...] plus prompt chunks of prefilling sequences (a row budget
- *       per step, decoding rows first) in ONE sp_model_forward_batch
- *     after it: each sequence's accept walk (sp_seq_finish) emits tokens
- *       into its job: stop strings, logprobs, text for the HTTP thread
+ *       (sp_ctx_add: the job's sequence with its own sampler and draft)
+ *     one step: sp_ctx_step (every decoding sequence's verification window
+ *       plus prompt chunks of prefilling ones in ONE batched forward); the
+ *       accept walks emit tokens into the jobs: stop strings, logprobs,
+ *       text for the HTTP thread
+ *     after it: jobs whose sequence ended are finished, their slots freed
  *
- * Each job owns its sampler (seeded, keyed by position), its draft and its
- * slot's KV cache, and the batched forward is bit-identical per row, so a
- * request's output equals what it would get alone, at any temperature.
+ * The context keeps each sequence's output what it would be alone, at any
+ * temperature (see engine.h).
  *
  * Threads: sp_server_* may be called from one controlling thread; the
- * server runs its own threads.  Everything borrowed (model, tokenizer,
- * workspace, drafters, cost curve) must outlive the server.
+ * server runs its own threads.  Everything borrowed (the context with its
+ * model and tokenizer, the drafters) must outlive the server.
  */
 #ifndef SP_SERVE_H
 #define SP_SERVE_H
