@@ -85,6 +85,21 @@ int sp_arg_unknown(sp_args *a) {
     return sp_usage_error(a->cmd, "unknown option '%s'", a->argv[a->i]);
 }
 
+int sp_arg_table(sp_args *a, const sp_flag *flags, int n_flags) {
+    for (int k = 0; k < n_flags; k++) {
+        const sp_flag *f = &flags[k];
+        if (!sp_arg_is(a, f->names)) continue;
+        switch (f->kind) {
+        case SP_FLAG_STR: return sp_arg_str(a, (const char **)f->dst) ? 1 : -1;
+        case SP_FLAG_INT: return sp_arg_int(a, (long)f->lo, (long)f->hi, (int *)f->dst) ? 1 : -1;
+        case SP_FLAG_FLOAT: return sp_arg_float(a, f->lo, f->hi, (float *)f->dst) ? 1 : -1;
+        case SP_FLAG_U64: return sp_arg_u64(a, (uint64_t *)f->dst) ? 1 : -1;
+        case SP_FLAG_SET: *(bool *)f->dst = true; return 1;
+        }
+    }
+    return 0;
+}
+
 int sp_engine_opt(sp_args *a, sp_engine_opts *o) {
     if (sp_arg_is(a, "-m|--model")) return sp_arg_str(a, &o->model) ? 1 : -1;
     if (sp_arg_is(a, "-t|--threads")) return sp_arg_int(a, 1, 256, &o->threads) ? 1 : -1;

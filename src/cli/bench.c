@@ -374,6 +374,19 @@ int sp_cmd_bench(int argc, char **argv) {
     const char *methods = "plain,ngram", *models[8];
     int n_models = 0;
     bool vcost = false;
+    const sp_flag flags[] = {
+        { "--prompts", SP_FLAG_STR, &o.prompts_path, 0, 0 },
+        { "--methods", SP_FLAG_STR, &methods, 0, 0 },
+        { "--json", SP_FLAG_STR, &o.json_path, 0, 0 },
+        { "--category", SP_FLAG_STR, &o.category, 0, 0 },
+        { "--repeats", SP_FLAG_INT, &o.repeats, 1, 1000 },
+        { "--warmup", SP_FLAG_INT, &o.warmup, 0, 100 },
+        { "--limit", SP_FLAG_INT, &o.limit, 1, MAX_PROMPTS },
+        { "--max-tokens", SP_FLAG_INT, &o.max_tokens, 1, 100000 },
+        { "--temp", SP_FLAG_FLOAT, &o.temp, 0, 100 },
+        { "--seed", SP_FLAG_U64, &o.seed, 0, 0 },
+        { "--verify-cost", SP_FLAG_SET, &vcost, 0, 0 },
+    };
     sp_args a = { "bench", argc, argv, 1 };
     for (; a.i < argc; a.i++) {
         if (sp_arg_is(&a, "-m|--model")) {
@@ -383,21 +396,11 @@ int sp_cmd_bench(int argc, char **argv) {
         }
         int c = sp_engine_opt(&a, &eo);
         if (c == 0) c = sp_spec_opt(&a, &o.spec);
+        if (c == 0) c = sp_arg_table(&a, flags, (int)(sizeof flags / sizeof *flags));
         if (c < 0) return SP_EXIT_USAGE;
         if (c > 0) continue;
         if (sp_arg_is(&a, "-h|--help")) { fputs(bench_help, stdout); return 0; }
-        else if (sp_arg_is(&a, "--prompts")) { if (!sp_arg_str(&a, &o.prompts_path)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--methods")) { if (!sp_arg_str(&a, &methods)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--json")) { if (!sp_arg_str(&a, &o.json_path)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--category")) { if (!sp_arg_str(&a, &o.category)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--repeats")) { if (!sp_arg_int(&a, 1, 1000, &o.repeats)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--warmup")) { if (!sp_arg_int(&a, 0, 100, &o.warmup)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--limit")) { if (!sp_arg_int(&a, 1, MAX_PROMPTS, &o.limit)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--max-tokens")) { if (!sp_arg_int(&a, 1, 100000, &o.max_tokens)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--temp")) { if (!sp_arg_float(&a, 0, 100, &o.temp)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--seed")) { if (!sp_arg_u64(&a, &o.seed)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--verify-cost")) vcost = true;
-        else return sp_arg_unknown(&a);
+        return sp_arg_unknown(&a);
     }
     if (vcost) return verify_cost(models, n_models, &eo);
     if (n_models > 1) return sp_usage_error("bench", "one -m per run (except with --verify-cost)");

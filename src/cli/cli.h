@@ -46,6 +46,19 @@ bool sp_arg_u64(sp_args *a, uint64_t *out);
 bool sp_arg_float(sp_args *a, double lo, double hi, float *out);
 /* Prints "unknown option" for argv[i]. */
 int sp_arg_unknown(sp_args *a);
+
+/* A command's flags as a table: spellings ("-n|--n-predict"), the kind of
+ * value, where it goes and its range. */
+typedef enum sp_flag_kind { SP_FLAG_STR, SP_FLAG_INT, SP_FLAG_FLOAT, SP_FLAG_U64, SP_FLAG_SET } sp_flag_kind;
+typedef struct sp_flag {
+    const char *names;
+    sp_flag_kind kind;
+    void *dst;               /* const char **, int *, float *, uint64_t *, bool * (SET: set to true) */
+    double lo, hi;           /* INT and FLOAT ranges */
+} sp_flag;
+/* Parses argv[i] if it is one of the table's flags: 1 consumed, 0 not
+ * one, -1 bad value (message printed). */
+int sp_arg_table(sp_args *a, const sp_flag *flags, int n_flags);
 int sp_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------------------

@@ -97,29 +97,32 @@ int sp_cmd_run(int argc, char **argv) {
     sp_spec_cli so;
     sp_spec_cli_init(&so);
     run_state r = { 0 };
+    const sp_flag flags[] = {
+        { "-p|--prompt", SP_FLAG_STR, &prompt, 0, 0 },
+        { "-f|--file", SP_FLAG_STR, &file, 0, 0 },
+        { "--system", SP_FLAG_STR, &system, 0, 0 },
+        { "--chat", SP_FLAG_SET, &chat, 0, 0 },
+        { "-q|--quiet", SP_FLAG_SET, &quiet, 0, 0 },
+        { "--ignore-eos", SP_FLAG_SET, &r.ignore_eos, 0, 0 },
+        { "-n|--n-predict", SP_FLAG_INT, &n_predict, 0, 1 << 20 },
+        { "--temp|--temperature", SP_FLAG_FLOAT, &sp.temperature, 0, 100 },
+        { "--top-k", SP_FLAG_INT, &sp.top_k, 0, 1 << 24 },
+        { "--top-p", SP_FLAG_FLOAT, &sp.top_p, 1e-6, 1 },
+        { "--min-p", SP_FLAG_FLOAT, &sp.min_p, 0, 1 },
+        { "--repeat-penalty", SP_FLAG_FLOAT, &sp.repeat_penalty, 1e-3, 100 },
+        { "--repeat-last-n", SP_FLAG_INT, &sp.repeat_last_n, -1, 1 << 20 },
+        { "--presence-penalty", SP_FLAG_FLOAT, &sp.presence_penalty, -100, 100 },
+        { "--frequency-penalty", SP_FLAG_FLOAT, &sp.frequency_penalty, -100, 100 },
+        { "--spec", SP_FLAG_STR, &spec, 0, 0 },
+    };
     sp_args a = { "run", argc, argv, 1 };
     for (; a.i < argc; a.i++) {
         int c = sp_engine_opt(&a, &eo);
         if (c == 0) c = sp_spec_opt(&a, &so);
+        if (c == 0) c = sp_arg_table(&a, flags, (int)(sizeof flags / sizeof *flags));
         if (c < 0) return SP_EXIT_USAGE;
         if (c > 0) continue;
         if (sp_arg_is(&a, "-h|--help")) { fputs(run_help, stdout); return 0; }
-        else if (sp_arg_is(&a, "-p|--prompt")) { if (!sp_arg_str(&a, &prompt)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "-f|--file")) { if (!sp_arg_str(&a, &file)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--system")) { if (!sp_arg_str(&a, &system)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--chat")) chat = true;
-        else if (sp_arg_is(&a, "-q|--quiet")) quiet = true;
-        else if (sp_arg_is(&a, "--ignore-eos")) r.ignore_eos = true;
-        else if (sp_arg_is(&a, "-n|--n-predict")) { if (!sp_arg_int(&a, 0, 1 << 20, &n_predict)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--temp|--temperature")) { if (!sp_arg_float(&a, 0, 100, &sp.temperature)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--top-k")) { if (!sp_arg_int(&a, 0, 1 << 24, &sp.top_k)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--top-p")) { if (!sp_arg_float(&a, 1e-6, 1, &sp.top_p)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--min-p")) { if (!sp_arg_float(&a, 0, 1, &sp.min_p)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--repeat-penalty")) { if (!sp_arg_float(&a, 1e-3, 100, &sp.repeat_penalty)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--repeat-last-n")) { if (!sp_arg_int(&a, -1, 1 << 20, &sp.repeat_last_n)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--presence-penalty")) { if (!sp_arg_float(&a, -100, 100, &sp.presence_penalty)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--frequency-penalty")) { if (!sp_arg_float(&a, -100, 100, &sp.frequency_penalty)) return SP_EXIT_USAGE; }
-        else if (sp_arg_is(&a, "--spec")) { if (!sp_arg_str(&a, &spec)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--seed")) { if (!sp_arg_u64(&a, &sp.seed)) return SP_EXIT_USAGE; seed_set = true; }
         else if (sp_arg_is(&a, "--stop")) {
             const char *s;

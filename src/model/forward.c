@@ -384,6 +384,8 @@ int sp_model_forward_batch(const sp_model *m, sp_workspace *ws, const sp_fwd_seq
             r->base = q->kv->n;
             r->slot = r->base + wi;
             r->pos = q->parent ? r->base + depth[wi] : r->slot;
+            /* check_seq bounded every window by its cache and by 4096 tree rows */
+            assert(r->slot < q->kv->n_ctx && r->pos <= r->slot && (!q->parent || wi < 4096));
             r->parent = q->parent;
             r->wi = wi;
             r->logits = q->mode == SP_LOGITS_ALL ? q->logits + (size_t)wi * V

@@ -68,6 +68,7 @@ static void reap_queue(sp_sched *s) {
 
 /* The job of slot i leaves the context (mu held). */
 static void free_slot(sp_sched *s, int i) {
+    assert(s->slots[i] && s->running > 0);
     sp_ctx_remove(s->ctx, i);
     sp_job_unref(s->slots[i]);
     s->slots[i] = NULL;
@@ -142,6 +143,8 @@ static void end_slot(sp_sched *s, int i, sp_finish f) {
 }
 
 static void step(sp_sched *s) {
+    /* every running job has its sequence in the context, and only those */
+    assert(sp_ctx_n_seqs(s->ctx) == s->running);
     sp_ctx_step(s->ctx);
     const sp_ctx_pass pass = sp_ctx_last_pass(s->ctx);
     if (s->mx && pass.n_seqs > 0) sp_metrics_step(s->mx, pass.n_seqs, pass.n_rows, pass.ns);

@@ -97,49 +97,89 @@ long sp_ckpt_check(const sp_drafter *d, const uint8_t *buf, size_t len, sp_err *
     return (long)n + 1;
 }
 
+/* ----------------------------------------------------------------------------
+ * Creation by name: one table of the drafters this build has
+ * ------------------------------------------------------------------------- */
+
+static sp_drafter *create_ngram(const sp_drafter_opts *o, sp_err *err) {
+    return sp_ngram_create_tree(o->ngram_min ? o->ngram_min : 1, o->ngram_max ? o->ngram_max : 3,
+                                o->tree_width ? o->tree_width : 1, err);
+}
+
+static sp_drafter *create_suffix(const sp_drafter_opts *o, sp_err *err) {
+    sp_suffix_opts so = sp_suffix_defaults();
+    if (o->suffix_factor) so.factor = o->suffix_factor;
+    if (o->suffix_min_prob) so.min_prob = o->suffix_min_prob;
+    if (o->suffix_max_depth) so.max_depth = o->suffix_max_depth;
+    if (o->tree_width) so.tree_width = o->tree_width;
+    return sp_suffix_create(&so, err);
+}
+
+static sp_drafter *create_draft(const sp_drafter_opts *o, sp_err *err) {
+    if (!o->draft_model) {
+        sp_err_set(err, "method 'draft' needs a draft model (--draft-model PATH|NAME)");
+        return NULL;
+    }
+    return sp_draft_model_create(o->draft_model, &o->dm, o->pool, err);
+}
+
+static sp_drafter *create_self(const sp_drafter_opts *o, sp_err *err) {
+    if (!o->target) {
+        sp_err_set(err, "method 'self' needs the target model");
+        return NULL;
+    }
+    const int L = o->target->hp.n_layer;
+    uint8_t *keep = sp_xmalloc((size_t)L), *skip = sp_xmalloc((size_t)L);
+    sp_drafter *d = NULL;
+    if (o->self_layers) {
+        if (sp_parse_layers(o->self_layers, L, keep, err)) goto out;
+    } else {
+        sp_self_default_layers(o->target, keep);
+    }
+    for (int il = 0; il < L; il++) skip[il] = !keep[il];
+    d = sp_self_create(o->target, skip, &o->dm, o->pool, err);
+out:
+    free(keep);
+    free(skip);
+    return d;
+}
+
+static const struct {
+    const char *name;
+    sp_drafter *(*create)(const sp_drafter_opts *o, sp_err *err);
+} drafters[] = {
+    { "ngram", create_ngram },
+    { "suffix", create_suffix },
+    { "draft", create_draft },
+    { "self", create_self },
+};
+#define N_DRAFTERS (sizeof drafters / sizeof *drafters)
+
+/* The table's names, for messages: "ngram, suffix, draft, self". */
+static const char *known_names(char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < N_DRAFTERS; i++)
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", i ? ", " : "", drafters[i].name);
+    return buf;
+}
+
+static int find_drafter(const char *name) {
+    for (size_t i = 0; i < N_DRAFTERS; i++)
+        if (!strcmp(name, drafters[i].name)) return (int)i;
+    return -1;
+}
+
 static sp_drafter *create_one(const char *name, const sp_drafter_opts *o, sp_err *err) {
-    if (!strcmp(name, "ngram"))
-        return sp_ngram_create_tree(o && o->ngram_min ? o->ngram_min : 1,
-                                    o && o->ngram_max ? o->ngram_max : 3,
-                                    o && o->tree_width ? o->tree_width : 1, err);
-    if (!strcmp(name, "suffix")) {
-        sp_suffix_opts so = sp_suffix_defaults();
-        if (o && o->suffix_factor) so.factor = o->suffix_factor;
-        if (o && o->suffix_min_prob) so.min_prob = o->suffix_min_prob;
-        if (o && o->suffix_max_depth) so.max_depth = o->suffix_max_depth;
-        if (o && o->tree_width) so.tree_width = o->tree_width;
-        return sp_suffix_create(&so, err);
+    static const sp_drafter_opts none = { 0 };
+    const int i = find_drafter(name);
+    char names[128];
+    if (i < 0) {
+        sp_err_set(err, "unknown speculative method '%s' (available: %s, or a comma-separated "
+                   "combination)", name, known_names(names, sizeof names));
+        return NULL;
     }
-    if (!strcmp(name, "draft")) {
-        if (!o || !o->draft_model) {
-            sp_err_set(err, "method 'draft' needs a draft model (--draft-model PATH|NAME)");
-            return NULL;
-        }
-        return sp_draft_model_create(o->draft_model, &o->dm, o->pool, err);
-    }
-    if (!strcmp(name, "self")) {
-        if (!o || !o->target) {
-            sp_err_set(err, "method 'self' needs the target model");
-            return NULL;
-        }
-        const int L = o->target->hp.n_layer;
-        uint8_t *keep = sp_xmalloc((size_t)L), *skip = sp_xmalloc((size_t)L);
-        sp_drafter *d = NULL;
-        if (o->self_layers) {
-            if (sp_parse_layers(o->self_layers, L, keep, err)) goto out;
-        } else {
-            sp_self_default_layers(o->target, keep);
-        }
-        for (int il = 0; il < L; il++) skip[il] = !keep[il];
-        d = sp_self_create(o->target, skip, &o->dm, o->pool, err);
-    out:
-        free(keep);
-        free(skip);
-        return d;
-    }
-    sp_err_set(err, "unknown speculative method '%s' (available: ngram, suffix, draft, self, or a "
-               "comma-separated combination)", name);
-    return NULL;
+    return drafters[i].create(o ? o : &none, err);
 }
 
 sp_drafter *sp_drafter_create(const char *name, const sp_drafter_opts *o, sp_err *err) {
@@ -164,15 +204,12 @@ fail:
 }
 
 int sp_drafter_check_name(const char *name, sp_err *err) {
-    static const char *const known[] = { "ngram", "suffix", "draft", "self" };
-    char *copy = sp_xstrdup(name), *save = NULL;
+    char *copy = sp_xstrdup(name), *save = NULL, names[128];
     int n = 0, rc = 0;
     for (char *t = strtok_r(copy, ",+", &save); t && !rc; t = strtok_r(NULL, ",+", &save)) {
-        bool ok = false;
-        for (size_t i = 0; i < sizeof known / sizeof *known; i++) ok |= !strcmp(t, known[i]);
-        if (!ok)
-            rc = sp_err_set(err, "unknown speculative method '%s' (available: ngram, suffix, draft, "
-                            "self, or a combination joined by ',' or '+')", t);
+        if (find_drafter(t) < 0)
+            rc = sp_err_set(err, "unknown speculative method '%s' (available: %s, or a combination "
+                            "joined by ',' or '+')", t, known_names(names, sizeof names));
         n++;
     }
     if (!rc && (n == 0 || n > 4)) rc = sp_err_set(err, "1 to 4 speculative methods, got %d", n);
