@@ -27,6 +27,7 @@ struct sp_workspace {
     int32_t *keys;          /* (n_threads, scores_cap) key slots of a tree row */
     int scores_cap;
     struct fwd_row *rows;   /* (max_rows) where each row of a chunk belongs */
+    bool any_taps;          /* some row of the current chunk wants taps */
     uint8_t *skip;          /* (n_layer) layers this workspace's passes skip, NULL = none */
 };
 
@@ -39,6 +40,9 @@ typedef struct fwd_row {
     const int32_t *parent;  /* tree rows: parents within the window; NULL = chain */
     int wi;                 /* index in the window */
     float *logits;          /* where this row's logits go, or NULL */
+    const int32_t *tap_layers; /* (n_taps) boundaries to copy, see sp_fwd_seq */
+    int n_taps;
+    float *taps;            /* (n_taps, n_embd) this row's taps, NULL = none */
 } fwd_row;
 
 /* ----------------------------------------------------------------------------
@@ -145,6 +149,18 @@ static void embed(const sp_model *m, const int32_t *tokens, int n, float *x) {
 
 static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int d, float eps) {
     for (int i = 0; i < n; i++) sp_rmsnorm(out + (size_t)i * d, x + (size_t)i * d, w, d, eps);
+}
+
+/* Copies the residual stream x of the rows that tap layer boundary l
+ * (l == n_layer: after the last layer) to their tap buffers. */
+static void tap_rows(sp_workspace *ws, const float *x, int n, int d, int l) {
+    if (!ws->any_taps) return;
+    for (int i = 0; i < n; i++) {
+        const fwd_row *r = &ws->rows[i];
+        for (int t = 0; t < r->n_taps; t++)
+            if (r->tap_layers[t] == l)
+                memcpy(r->taps + (size_t)t * d, x + (size_t)i * d, (size_t)d * sizeof(float));
+    }
 }
 
 /* Stores each row's K and V at its slot of its cache. */
@@ -279,6 +295,7 @@ static void forward_llama(const sp_model *m, sp_workspace *ws, const int32_t *to
     const int d = hp->n_embd;
     embed(m, tokens, n, ws->x);
     for (int il = 0; il < hp->n_layer; il++) {
+        tap_rows(ws, ws->x, n, d, il);
         if (ws->skip && ws->skip[il]) continue;
         const sp_layer *L = &m->layers[il];
         /* attention */
@@ -296,6 +313,7 @@ static void forward_llama(const sp_model *m, sp_workspace *ws, const int32_t *to
         matmul(ws, &L->w_down, ws->hb, n, ws->xb2);
         sp_vec_add(ws->x, ws->xb2, n * d);
     }
+    tap_rows(ws, ws->x, n, d, hp->n_layer);
 }
 
 /* ----------------------------------------------------------------------------
@@ -310,6 +328,7 @@ static void forward_gemma3(const sp_model *m, sp_workspace *ws, const int32_t *t
     const int qd = hp->n_head * hd;
     embed(m, tokens, n, ws->x);
     for (int il = 0; il < hp->n_layer; il++) {
+        tap_rows(ws, ws->x, n, d, il);
         if (ws->skip && ws->skip[il]) continue;
         const sp_layer *L = &m->layers[il];
         /* attention */
@@ -332,6 +351,7 @@ static void forward_gemma3(const sp_model *m, sp_workspace *ws, const int32_t *t
         rmsnorm_rows(ws->xb2, ws->xb2, L->post_ffn_norm, n, d, hp->rms_eps);
         sp_vec_add(ws->x, ws->xb2, n * d);
     }
+    tap_rows(ws, ws->x, n, d, hp->n_layer);
 }
 
 /* ----------------------------------------------------------------------------
@@ -342,6 +362,12 @@ static int check_seq(const sp_model *m, const sp_fwd_seq *q, sp_err *err) {
     if (q->n <= 0) return sp_err_set(err, "forward: empty input");
     if (q->parent && q->n > 4096) return sp_err_set(err, "forward: a tree window has at most 4096 rows");
     if (q->mode != SP_LOGITS_NONE && !q->logits) return sp_err_set(err, "forward: no logits buffer");
+    if (q->n_taps < 0 || q->n_taps > SP_MAX_TAPS || (q->n_taps && (!q->taps || !q->tap_layers)))
+        return sp_err_set(err, "forward: %d taps (at most %d, each with a layer and a buffer)", q->n_taps,
+                          SP_MAX_TAPS);
+    for (int t = 0; t < q->n_taps; t++)
+        if (q->tap_layers[t] < 0 || q->tap_layers[t] > m->hp.n_layer)
+            return sp_err_set(err, "forward: tap layer %d out of range [0, %d]", q->tap_layers[t], m->hp.n_layer);
     if (q->n > q->kv->n_ctx - q->kv->n)
         return sp_err_set(err, "forward: context full (%d + %d tokens > context size %d)", q->kv->n,
                           q->n, q->kv->n_ctx);
@@ -375,6 +401,7 @@ int sp_model_forward_batch(const sp_model *m, sp_workspace *ws, const sp_fwd_seq
         int32_t chunk_tok[1024];
         int c = 0;
         const int cap = ws->max_rows < 1024 ? ws->max_rows : 1024;
+        ws->any_taps = false;
         while (c < cap && s < n_seqs) {
             const sp_fwd_seq *q = &seqs[s];
             fwd_row *r = &ws->rows[c];
@@ -390,6 +417,10 @@ int sp_model_forward_batch(const sp_model *m, sp_workspace *ws, const sp_fwd_seq
             r->wi = wi;
             r->logits = q->mode == SP_LOGITS_ALL ? q->logits + (size_t)wi * V
                       : (q->mode == SP_LOGITS_LAST && wi == q->n - 1) ? q->logits : NULL;
+            r->tap_layers = q->tap_layers;
+            r->n_taps = q->n_taps;
+            r->taps = q->n_taps ? q->taps + (size_t)wi * q->n_taps * m->hp.n_embd : NULL;
+            ws->any_taps |= q->n_taps > 0;
             chunk_tok[c++] = q->tokens[wi];
             if (++i == q->n) { i = 0; s++; }
         }

@@ -143,7 +143,17 @@ typedef struct sp_fwd_seq {
     const int32_t *parent;       /* (n) tree parents, NULL = chain; at most 4096 rows */
     sp_logits_mode mode;
     float *logits;               /* (n or 1, n_vocab) caller-owned */
+    /* hidden-state taps: for every row, the residual stream at the layer
+     * boundaries tap_layers[0..n_taps) (l < n_layer: the input of layer l,
+     * as llama.cpp taps it; l == n_layer: the output of the last layer,
+     * before the final norm), copied to taps.  Costs nothing when n_taps
+     * is 0, and is batch-invariant like the logits. */
+    const int32_t *tap_layers;   /* (n_taps) borrowed, each in [0, n_layer] */
+    int n_taps;                  /* 0..SP_MAX_TAPS */
+    float *taps;                 /* (n, n_taps, n_embd) caller-owned: a row's taps are contiguous */
 } sp_fwd_seq;
+
+#define SP_MAX_TAPS 8
 
 /* Runs the rows of several sequences (each with its own cache; no cache
  * twice) as one pass: the weight matrices are read once for all rows.

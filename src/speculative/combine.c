@@ -89,10 +89,16 @@ static int cb_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
     return 0;
 }
 
+static bool wants_taps(const sp_draft *sub) { return sub->drafter->needs & SP_CAP_HIDDEN_TAPS; }
+
 static void cb_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path, const sp_taps *v) {
     cb_draft *g = s->impl;
+    /* a sub-draft that reads taps gets every verified row, whoever proposed */
+    for (int i = 0; v && i < g->n; i++)
+        if (i != g->winner && wants_taps(g->sub[i])) g->sub[i]->drafter->ops->commit(g->sub[i], 0, 0, NULL, v);
     if (g->winner < 0) return;
-    g->sub[g->winner]->drafter->ops->commit(g->sub[g->winner], n_drafted, n_accepted, path, v);
+    g->sub[g->winner]->drafter->ops->commit(g->sub[g->winner], n_drafted, n_accepted, path,
+                                            wants_taps(g->sub[g->winner]) ? v : NULL);
     /* the others learn the accepted drafts with their next feed */
     for (int i = 0; i < g->n; i++) {
         if (i == g->winner) continue;
@@ -147,6 +153,18 @@ sp_drafter *sp_combine_create(sp_drafter **subs, int n, sp_err *err) {
     d->default_draft_max = 0;
     size_t len = 0;
     for (int i = 0; i < n; i++) {
+        if (subs[i]->needs & SP_CAP_HIDDEN_TAPS) {
+            /* the pass taps one set of layers per sequence */
+            if (d->n_taps && (d->n_taps != subs[i]->n_taps ||
+                              memcmp(d->tap_layers, subs[i]->tap_layers, (size_t)d->n_taps * sizeof(int32_t)))) {
+                sp_err_set(err, "combine: '%s' and an earlier drafter read different tap layers", subs[i]->name);
+                free(c);
+                free(d);
+                return NULL;
+            }
+            d->n_taps = subs[i]->n_taps;
+            memcpy(d->tap_layers, subs[i]->tap_layers, sizeof d->tap_layers);
+        }
         c->sub[c->n++] = subs[i];
         d->needs |= subs[i]->needs;
         d->cheap &= subs[i]->cheap;

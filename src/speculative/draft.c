@@ -19,10 +19,10 @@ const char *sp_caps_describe(uint32_t caps, char *buf, size_t cap) {
     return buf;
 }
 
-/* This build's forward pass exposes the embeddings and LM head (they are
- * plain matrices of the model) but no hidden-state taps yet. */
+/* This engine's forward pass exposes the embeddings and LM head (plain
+ * matrices of the model) and hidden-state taps at any layer boundary. */
 sp_target sp_target_of(const sp_model *m) {
-    return (sp_target){ .model = m, .caps = SP_CAP_SHARED_EMBED };
+    return (sp_target){ .model = m, .caps = SP_CAP_SHARED_EMBED | SP_CAP_HIDDEN_TAPS };
 }
 
 sp_target sp_target_full(const sp_model *m, const sp_tokenizer *tok, const sp_sampler_params *sampling) {
@@ -36,6 +36,18 @@ sp_target sp_target_full(const sp_model *m, const sp_tokenizer *tok, const sp_sa
 
 sp_draft *sp_draft_open(sp_drafter *d, const sp_target *t, sp_err *err) {
     uint32_t missing = d->needs & ~t->caps;
+    if (!missing && (d->needs & SP_CAP_HIDDEN_TAPS)) {
+        if (d->n_taps < 1 || d->n_taps > SP_MAX_TAPS) {
+            sp_err_set(err, "drafter '%s' asks for %d tap layers (1 to %d)", d->name, d->n_taps, SP_MAX_TAPS);
+            return NULL;
+        }
+        for (int i = 0; i < d->n_taps; i++)
+            if (d->tap_layers[i] < 0 || d->tap_layers[i] > t->model->hp.n_layer) {
+                sp_err_set(err, "drafter '%s' taps layer %d; the target has layers 0..%d", d->name,
+                           d->tap_layers[i], t->model->hp.n_layer);
+                return NULL;
+            }
+    }
     if (missing) {
         char need[128], have[128];
         sp_err_set(err, "drafter '%s' needs %s from the target, which offers only %s", d->name,

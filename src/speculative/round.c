@@ -29,6 +29,12 @@ struct sp_seq {
     int32_t *prompt;             /* (n_prompt) owned copy while prefilling */
     int n_prompt, n_prefilled;
     float *logits;               /* (SP_MAX_DRAFT + 1, n_vocab) owned */
+    /* hidden-state taps, for a draft whose drafter reads them */
+    int n_taps;                  /* its tap layers; 0 = no taps */
+    const int32_t *tap_layers;   /* (n_taps) the drafter's */
+    float *ptaps;                /* (n_prompt, n_taps, n_embd) owned while prefilling */
+    float *wtaps;                /* (SP_MAX_DRAFT + 1, n_taps, n_embd) owned: the window's rows */
+    sp_taps kept;                /* what the last commit was handed */
     int32_t pending;             /* last emitted token, not yet in the cache */
     /* the round being verified */
     int32_t window[SP_MAX_DRAFT + 1];
@@ -57,6 +63,11 @@ const char *sp_finish_name(sp_finish f) {
     }
 }
 
+/* Bytes of the taps of n rows. */
+static size_t tap_bytes(const sp_seq *q, int n) {
+    return (size_t)n * (size_t)q->n_taps * (size_t)q->m->hp.n_embd * sizeof(float);
+}
+
 sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *draft,
                       const sp_gen_config *cfg, sp_emit_fn emit, void *ud) {
     assert(cfg->draft_max != SP_DRAFT_ADAPTIVE || !draft || (cfg->cost && cfg->cost->valid));
@@ -66,6 +77,11 @@ sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *d
     q->emit = emit; q->ud = ud;
     q->state = SEQ_DONE;
     q->logits = sp_alloc_aligned((size_t)(SP_MAX_DRAFT + 1) * m->hp.n_vocab * sizeof(float));
+    if (draft && (draft->drafter->needs & SP_CAP_HIDDEN_TAPS)) {
+        q->n_taps = draft->drafter->n_taps;
+        q->tap_layers = draft->drafter->tap_layers;
+        q->wtaps = sp_xmalloc(tap_bytes(q, SP_MAX_DRAFT + 1));
+    }
     int cap = cfg->draft_max == SP_DRAFT_ADAPTIVE ? 16 : cfg->draft_max;
     sp_adapt_init(&q->adapt, cfg->cost, cap);
     return q;
@@ -74,6 +90,8 @@ sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *d
 void sp_seq_free(sp_seq *q) {
     if (!q) return;
     sp_free_aligned(q->logits);
+    free(q->ptaps);
+    free(q->wtaps);
     free(q->prompt);
     free(q);
 }
@@ -127,6 +145,10 @@ int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
     free(q->prompt);
     q->prompt = sp_xmalloc((size_t)n_prompt * sizeof(int32_t));
     memcpy(q->prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
+    if (q->n_taps) {
+        free(q->ptaps);
+        q->ptaps = sp_xmalloc(tap_bytes(q, n_prompt));
+    }
     q->n_prompt = n_prompt;
     q->n_prefilled = 0;
     q->state = SEQ_PREFILL;
@@ -200,7 +222,9 @@ int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_f
         if (max_rows > 0 && n > max_rows) n = max_rows;
         const bool last = q->n_prefilled + n == q->n_prompt;
         *fwd = (sp_fwd_seq){ .kv = q->kv, .tokens = q->prompt + q->n_prefilled, .n = n,
-                             .mode = last ? SP_LOGITS_LAST : SP_LOGITS_NONE, .logits = q->logits };
+                             .mode = last ? SP_LOGITS_LAST : SP_LOGITS_NONE, .logits = q->logits,
+                             .tap_layers = q->tap_layers, .n_taps = q->n_taps,
+                             .taps = q->n_taps ? (float *)((char *)q->ptaps + tap_bytes(q, q->n_prefilled)) : NULL };
         q->n_rows = n;
         q->planned_tokens = last ? 1.0 : 0.0;
         return 0;
@@ -220,7 +244,8 @@ int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_f
     q->n_rows = n + 1;
     *fwd = (sp_fwd_seq){ .kv = q->kv, .tokens = q->window, .n = n + 1,
                          .parent = q->prop.parent ? q->wparent : NULL, .mode = SP_LOGITS_ALL,
-                         .logits = q->logits };
+                         .logits = q->logits, .tap_layers = q->tap_layers, .n_taps = q->n_taps,
+                         .taps = q->wtaps };
     return 0;
 }
 
@@ -232,10 +257,15 @@ static int finish_prefill(sp_seq *q, sp_err *err) {
     assert(q->n_rows > 0 && q->n_prefilled + q->n_rows <= q->n_prompt);
     q->n_prefilled += q->n_rows;
     if (q->n_prefilled < q->n_prompt) return 0;
-    if (q->draft && q->draft->drafter->ops->prefill(q->draft, q->prompt, q->n_prompt, NULL, err))
+    const sp_taps taps = { .n_rows = q->n_prompt, .n_layers = q->n_taps, .dim = q->m->hp.n_embd,
+                           .pos = q->kv->n - q->n_prompt, .data = q->ptaps };
+    if (q->draft && q->draft->drafter->ops->prefill(q->draft, q->prompt, q->n_prompt, q->n_taps ? &taps : NULL,
+                                                    err))
         return -1;
     free(q->prompt);
     q->prompt = NULL;
+    free(q->ptaps);
+    q->ptaps = NULL;
     q->t_start = sp_now_ns();
     q->st.prefill_ns = q->t_start - q->t_prefill0;
     if (q->cfg.max_tokens <= 0) { set_done(q, SP_FINISH_LENGTH); return 0; }
@@ -246,6 +276,20 @@ static int finish_prefill(sp_seq *q, sp_err *err) {
     if (emit_token(q, tok, false, q->logits)) set_done(q, q->finish);
     q->st.total_ns = sp_now_ns() - q->t_start;
     return 0;
+}
+
+/* The taps of the window rows that stayed in the cache (keep[0..n_kept),
+ * ascending: the anchor, then the accepted drafts), moved to the front of
+ * the window's buffer, so the drafter sees no rejected row. */
+static const sp_taps *kept_taps(sp_seq *q, const int32_t *keep, int n_kept) {
+    const size_t row = tap_bytes(q, 1);
+    for (int j = 0; j < n_kept; j++) {
+        assert(keep[j] >= j);
+        if (keep[j] != j) memmove((char *)q->wtaps + (size_t)j * row, (char *)q->wtaps + (size_t)keep[j] * row, row);
+    }
+    q->kept = (sp_taps){ .n_rows = n_kept, .n_layers = q->n_taps, .dim = q->m->hp.n_embd, .pos = q->base,
+                         .data = q->wtaps };
+    return &q->kept;
 }
 
 /* The child of window row `node` whose token is tok, or -1. */
@@ -308,14 +352,16 @@ static int finish_round(sp_seq *q, sp_err *err) {
      * pending token (as in plain decoding): the old pending token and the
      * accepted drafts, minus the last draft if the request stopped on it. */
     assert(k <= n && n_keep == k + 1);
-    sp_kv_keep_path(q->kv, P, keep, n_keep - (last_matched ? 1 : 0));
+    const int n_cached = n_keep - (last_matched ? 1 : 0);
+    sp_kv_keep_path(q->kv, P, keep, n_cached);
     q->pending = tok;
     q->st.sample_ns += sp_now_ns() - t1;
 
-    if (q->draft && n > 0) {
-        sp_stats_method(&q->st, q->prop.by, n, k);
+    if (q->draft && (n > 0 || q->n_taps)) {
+        if (n > 0) sp_stats_method(&q->st, q->prop.by, n, k);
+        const sp_taps *verified = q->n_taps ? kept_taps(q, keep, n_cached) : NULL;
         uint64_t t2 = sp_now_ns();
-        q->draft->drafter->ops->commit(q->draft, n, k, q->prop.parent ? path : NULL, NULL);
+        q->draft->drafter->ops->commit(q->draft, n, k, q->prop.parent ? path : NULL, verified);
         q->st.draft_ns += sp_now_ns() - t2;
     }
     q->st.rounds++;

@@ -60,11 +60,16 @@ sp_target sp_target_of(const sp_model *m);
  * parameters (either may be NULL). */
 sp_target sp_target_full(const sp_model *m, const sp_tokenizer *tok, const sp_sampler_params *sampling);
 
-/* Hidden states handed to drafters that asked for taps (none yet: no
- * drafter in this build declares SP_CAP_HIDDEN_TAPS). */
+/* Hidden states handed to drafters that declare SP_CAP_HIDDEN_TAPS: for
+ * each row, the target's residual stream at the drafter's tap layers (see
+ * sp_fwd_seq), a row's taps contiguous (the concatenation an EAGLE-style
+ * fusion layer reads).  Rows are consecutive positions of the sequence:
+ * for prefill the prompt's, for commit the anchor (the pending token the
+ * round verified first) and the accepted drafts that stay in the cache. */
 typedef struct sp_taps {
     int n_rows, n_layers, dim;
-    const float *data;               /* (n_layers, n_rows, dim), borrowed */
+    int pos;                         /* sequence position of row 0 */
+    const float *data;               /* (n_rows, n_layers, dim), borrowed for the call */
 } sp_taps;
 
 /* A proposal.  Arrays are owned by the draft and valid until its next call. */
@@ -88,7 +93,7 @@ typedef struct sp_drafter_ops {
     sp_draft *(*open)(sp_drafter *d, const sp_target *t, sp_err *err);
     /* Primes the draft with the prompt (the whole prompt; its last token is
      * already in the target cache, the first generated token arrives as the
-     * first feed). */
+     * first feed).  taps: the prompt's rows, for drafters that asked. */
     int (*prefill)(sp_draft *s, const int32_t *prompt, int n, const sp_taps *taps, sp_err *err);
     /* Absorbs feed (tokens emitted since the last round, oldest first) and
      * proposes up to max_n tokens.  max_n = 0 only absorbs the feed. */
@@ -98,7 +103,11 @@ typedef struct sp_drafter_ops {
      * emitted, in order: path[0..n_accepted) are their indices in the
      * proposal (for a chain path is NULL and they are the first
      * n_accepted).  Rejected tokens must not enter the draft's state; the
-     * correction/bonus arrives as the next feed. */
+     * correction/bonus arrives as the next feed.  verified: for drafters
+     * that declare SP_CAP_HIDDEN_TAPS, the verified rows that entered the
+     * target cache (the anchor, then the accepted drafts; never a rejected
+     * row), else NULL.  Such drafters get a commit after every round, with
+     * n_drafted = 0 when the round had no proposal, so no row is missed. */
     void (*commit)(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path,
                    const sp_taps *verified);
     /* Serialises the draft's state (after its namespace header) into a new
@@ -115,6 +124,8 @@ struct sp_drafter {
     char name[32];                   /* "ngram" */
     char ns[96];                     /* checkpoint namespace: method, params, version */
     uint32_t needs;                  /* SP_CAP_* required of the target */
+    int n_taps;                      /* with SP_CAP_HIDDEN_TAPS: the layer boundaries it reads */
+    int32_t tap_layers[SP_MAX_TAPS]; /* (see sp_fwd_seq: l < n_layer = input of layer l) */
     bool cheap;                      /* proposing costs ~nothing (may shadow-propose) */
     int default_draft_max;
     void *impl;

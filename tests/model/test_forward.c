@@ -170,6 +170,67 @@ static void test_multi_sequence(void **state) {
     free(la); free(lb); free(ra); free(rb);
 }
 
+/* Hidden-state taps: the rows of a 16-row window (batched with another
+ * sequence that asks for none) carry bit-identical taps to one-row passes;
+ * asking for taps changes no logit; tap layer 0 is the (scaled) token
+ * embedding; bad tap requests are refused. */
+static void test_taps(void **state) {
+    fixture *f = *state;
+    const sp_model *m = f->m;
+    const int V = m->hp.n_vocab, d = m->hp.n_embd, L = m->hp.n_layer, P = 20, N = 16;
+    const int32_t layers[4] = { 2, L / 2, L - 3, L };
+    enum { T = 4 };
+    int32_t t[64];
+    tokens(t, 64, V);
+    sp_err err;
+    sp_workspace *ws = sp_workspace_create(m, 64, f->pool);
+    sp_kv *a = sp_kv_create(m, 128), *b = sp_kv_create(m, 128), *o = sp_kv_create(m, 128);
+    float *win = malloc((size_t)N * V * sizeof(float)), *one = malloc((size_t)V * sizeof(float));
+    float *plain = malloc((size_t)N * V * sizeof(float)), *olog = malloc((size_t)V * sizeof(float));
+    float *wtaps = malloc((size_t)N * T * d * sizeof(float)), *otaps = malloc((size_t)T * d * sizeof(float));
+    assert_int_equal(sp_model_forward(m, a, ws, t, P, SP_LOGITS_NONE, NULL, &err), 0);
+    assert_int_equal(sp_model_forward(m, b, ws, t, P, SP_LOGITS_NONE, NULL, &err), 0);
+    assert_int_equal(sp_model_forward(m, o, ws, t + 40, 10, SP_LOGITS_NONE, NULL, &err), 0);
+    /* the window with taps, batched with an untapped sequence */
+    sp_fwd_seq seqs[2] = {
+        { .kv = o, .tokens = t + 50, .n = 3, .mode = SP_LOGITS_LAST, .logits = olog },
+        { .kv = a, .tokens = t + P, .n = N, .mode = SP_LOGITS_ALL, .logits = win,
+          .tap_layers = layers, .n_taps = T, .taps = wtaps },
+    };
+    assert_int_equal(sp_model_forward_batch(m, ws, seqs, 2, &err), 0);
+    /* the same window without taps: same logits */
+    sp_kv_trim(a, P);
+    assert_int_equal(sp_model_forward(m, a, ws, t + P, N, SP_LOGITS_ALL, plain, &err), 0);
+    assert_memory_equal(win, plain, (size_t)N * V * sizeof(float));
+    /* one row at a time: same taps, bit for bit */
+    for (int i = 0; i < N; i++) {
+        sp_fwd_seq q = { .kv = b, .tokens = t + P + i, .n = 1, .mode = SP_LOGITS_LAST, .logits = one,
+                         .tap_layers = layers, .n_taps = T, .taps = otaps };
+        assert_int_equal(sp_model_forward_batch(m, ws, &q, 1, &err), 0);
+        assert_memory_equal(otaps, wtaps + (size_t)i * T * d, (size_t)T * d * sizeof(float));
+        assert_memory_equal(one, win + (size_t)i * V, (size_t)V * sizeof(float));
+    }
+    /* layer 0 is the embedding the first layer reads */
+    const int32_t zero = 0;
+    float *emb = malloc((size_t)d * sizeof(float));
+    sp_matrix_get_row(&m->tok_embd, t[P + N], emb);
+    sp_vec_scale(emb, m->hp.embd_scale, d);
+    sp_fwd_seq q0 = { .kv = b, .tokens = t + P + N, .n = 1, .tap_layers = &zero, .n_taps = 1, .taps = otaps };
+    assert_int_equal(sp_model_forward_batch(m, ws, &q0, 1, &err), 0);
+    assert_memory_equal(otaps, emb, (size_t)d * sizeof(float));
+    /* bad requests */
+    const int32_t bad = L + 1;
+    sp_fwd_seq qb = { .kv = b, .tokens = t, .n = 1, .tap_layers = &bad, .n_taps = 1, .taps = otaps };
+    assert_int_equal(sp_model_forward_batch(m, ws, &qb, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "tap layer"));
+    qb.tap_layers = layers;
+    qb.taps = NULL;
+    assert_int_equal(sp_model_forward_batch(m, ws, &qb, 1, &err), -1);
+    sp_kv_free(a); sp_kv_free(b); sp_kv_free(o);
+    sp_workspace_free(ws);
+    free(win); free(one); free(plain); free(olog); free(wtaps); free(otaps); free(emb);
+}
+
 /* A draft tree verified in one pass: every node's logits equal those of
  * its root-to-node path run as a chain, and keeping one path leaves the
  * cache exactly as plain decoding of that path would.  prefix sets the
@@ -242,6 +303,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bad_input, setup_smol, teardown),
         cmocka_unit_test_setup_teardown(test_multi_sequence, setup_smol, teardown),
         cmocka_unit_test_setup_teardown(test_multi_sequence, setup_gemma, teardown),
+        cmocka_unit_test_setup_teardown(test_taps, setup_smol, teardown),
+        cmocka_unit_test_setup_teardown(test_taps, setup_gemma, teardown),
         cmocka_unit_test_setup_teardown(test_tree, setup_smol, teardown),
         cmocka_unit_test_setup_teardown(test_tree, setup_gemma, teardown),
         cmocka_unit_test_setup_teardown(test_tree_sliding_window, setup_gemma, teardown),
