@@ -72,19 +72,13 @@ typedef struct dm_draft {
  * ------------------------------------------------------------------------ */
 
 static void ints_push(int32_t **a, int *n, int *cap, const int32_t *t, int k) {
-    if (*n + k > *cap) {
-        *cap = (*n + k) * 2 + 64;
-        *a = sp_xrealloc(*a, (size_t)*cap * sizeof(int32_t));
-    }
+    SP_VEC_GROW(*a, *cap, *n + k);
     memcpy(*a + *n, t, (size_t)k * sizeof(int32_t));
     *n += k;
 }
 
 static void text_push(dm_draft *g, const char *s, size_t n) {
-    if (g->n_text + n + 1 > g->cap_text) {
-        g->cap_text = (g->n_text + n + 1) * 2 + 256;
-        g->text = sp_xrealloc(g->text, g->cap_text);
-    }
+    SP_VEC_GROW(g->text, g->cap_text, g->n_text + n + 1);
     memcpy(g->text + g->n_text, s, n);
     g->n_text += n;
     g->text[g->n_text] = 0;
@@ -186,10 +180,7 @@ static int sync_draft_tokens(dm_draft *g, sp_err *err) {
     }
     g->n_hist = keep;
     ints_push(&g->hist, &g->n_hist, &g->cap_hist, t.ids, t.n);
-    if (g->n_hist + 1 > g->cap_dstart) {
-        g->cap_dstart = g->n_hist * 2 + 64;
-        g->dstart = sp_xrealloc(g->dstart, (size_t)g->cap_dstart * sizeof(size_t));
-    }
+    SP_VEC_GROW(g->dstart, g->cap_dstart, g->n_hist + 1);
     /* text offsets of the new tokens, from their pieces */
     size_t off = from;
     char buf[1024];

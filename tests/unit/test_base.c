@@ -3,6 +3,11 @@
 #include "base/base.h"
 
 #include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static void test_f16_roundtrip_exact(void **state) {
     (void)state;
@@ -137,12 +142,83 @@ static void test_err(void **state) {
     assert_int_equal(sp_err_set(NULL, "ignored"), -1);
 }
 
+static void test_vec_grow(void **state) {
+    (void)state;
+    int32_t *v = NULL;
+    int cap = 0;
+    SP_VEC_GROW(v, cap, 1);                 /* from nothing: the minimum */
+    assert_non_null(v);
+    assert_int_equal(cap, SP_VEC_MIN_CAP);
+    for (int i = 0; i < cap; i++) v[i] = i;
+    int32_t *before = v;
+    SP_VEC_GROW(v, cap, SP_VEC_MIN_CAP);    /* enough already: untouched */
+    assert_ptr_equal(v, before);
+    assert_int_equal(cap, SP_VEC_MIN_CAP);
+    SP_VEC_GROW(v, cap, SP_VEC_MIN_CAP + 1); /* one more: doubles */
+    assert_int_equal(cap, 2 * SP_VEC_MIN_CAP);
+    SP_VEC_GROW(v, cap, 100);               /* far more: doubles until enough */
+    assert_int_equal(cap, 128);
+    for (int i = 0; i < SP_VEC_MIN_CAP; i++) assert_int_equal(v[i], i);  /* contents kept */
+    v[99] = 7;                              /* ASan: all of it is usable */
+    free(v);
+
+    char *b = NULL;                         /* a size_t capacity, bytes */
+    size_t bcap = 0;
+    SP_VEC_GROW(b, bcap, 1000);
+    assert_int_equal(bcap, 1024);
+    memset(b, 1, bcap);
+    free(b);
+}
+
+/* Runs fn in a child process; true if it died of SIGABRT. */
+static bool aborts(void (*fn)(void)) {
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        fclose(stderr);                      /* the expected message is noise here */
+        fn();
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
+static void grow_bytes_overflow(void) {
+    uint64_t *v = NULL;
+    size_t cap = 0;
+    SP_VEC_GROW(v, cap, SIZE_MAX / 4);      /* 8-byte elements: the size overflows */
+}
+
+static void grow_cap_overflow(void) {
+    char *v = NULL;
+    signed char cap = 100;                  /* 200 does not fit */
+    v = malloc(100);
+    SP_VEC_GROW(v, cap, 101);
+}
+
+static void grow_fits(void) {
+    char *v = NULL;
+    unsigned char cap = 0;
+    SP_VEC_GROW(v, cap, 128);               /* 16 .. 128: fits in 8 bits */
+    free(v);
+}
+
+static void test_vec_grow_overflow(void **state) {
+    (void)state;
+    assert_true(aborts(grow_bytes_overflow));
+    assert_true(aborts(grow_cap_overflow));
+    assert_false(aborts(grow_fits));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_roundtrip_exact), cmocka_unit_test(test_f16_rounding),
         cmocka_unit_test(test_bf16), cmocka_unit_test(test_rng_keyed),
         cmocka_unit_test(test_pool), cmocka_unit_test(test_alloc_big), cmocka_unit_test(test_split),
         cmocka_unit_test(test_dtype), cmocka_unit_test(test_err),
+        cmocka_unit_test(test_vec_grow), cmocka_unit_test(test_vec_grow_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
