@@ -89,6 +89,19 @@ static inline bool sp_add_ok(uint64_t a, uint64_t b, uint64_t *out) {
 }
 
 /* ------------------------------------------------------------------------
+ * Index lists (list.c): "0-7,28-29", as --self-layers and quantize's
+ * --layers take them.
+ * ---------------------------------------------------------------------- */
+/* Parses comma-separated decimal indices N and ranges N-M (N <= M) into
+ * keep[0..n): keep[i] = 1 for every listed i, else 0.  Items may overlap
+ * and come in any order unless `ascending`, where each must start after
+ * the previous one ended (for lists whose order means something).  On an
+ * error (empty list, an item that is not N or N-M, a range that goes
+ * backwards, an index >= n, with ascending one out of order or twice)
+ * returns -1 and err names the problem; keep is then unspecified. */
+int sp_parse_index_list(const char *spec, int n, bool ascending, uint8_t *keep, sp_err *err);
+
+/* ------------------------------------------------------------------------
  * Timers
  * ---------------------------------------------------------------------- */
 uint64_t sp_now_ns(void);              /* monotonic clock */

@@ -426,27 +426,3 @@ sp_drafter *sp_self_create(const sp_model *target, const uint8_t *skip, const sp
         if (!skip[il]) n += (size_t)snprintf(d->ns + n, sizeof d->ns - n, ":%d", il);
     return d;
 }
-
-int sp_parse_layers(const char *spec, int n_layer, uint8_t *keep, sp_err *err) {
-    memset(keep, 0, (size_t)n_layer);
-    const char *p = spec;
-    if (!*p) return sp_err_set(err, "empty layer list");
-    while (*p) {
-        char *end;
-        long a = strtol(p, &end, 10), b;
-        if (end == p) return sp_err_set(err, "bad layer list '%s': expected N or N-M", spec);
-        p = end;
-        b = a;
-        if (*p == '-') {
-            b = strtol(p + 1, &end, 10);
-            if (end == p + 1) return sp_err_set(err, "bad layer list '%s': expected N-M", spec);
-            p = end;
-        }
-        if (a < 0 || b < a || b >= n_layer)
-            return sp_err_set(err, "bad layer range %ld-%ld (the model has layers 0-%d)", a, b, n_layer - 1);
-        for (long i = a; i <= b; i++) keep[i] = 1;
-        if (*p == ',') p++;
-        else if (*p) return sp_err_set(err, "bad layer list '%s' at '%s'", spec, p);
-    }
-    return 0;
-}

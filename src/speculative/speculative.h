@@ -210,8 +210,6 @@ sp_drafter *sp_self_create(const sp_model *target, const uint8_t *skip, const sp
  * boundary does not re-tokenize cleanly) or -1 + err. */
 int sp_xvocab_continue(const sp_tokenizer *ttok, const int32_t *thist, int n_thist, const char *text,
                        size_t n_text, int max_n, int32_t *out, sp_err *err);
-/* Parses "0-7,28-29" style layer lists into keep[n_layer] (1 = listed). */
-int sp_parse_layers(const char *spec, int n_layer, uint8_t *keep, sp_err *err);
 
 /* Creates a drafter by name ("ngram", "suffix") with parameters from the
  * options below (0 = default). */
@@ -223,7 +221,8 @@ typedef struct sp_drafter_opts {
     /* model drafters */
     const char *draft_model;         /* "draft": path of the draft GGUF */
     const sp_model *target;          /* "self": the target (borrowed) */
-    const char *self_layers;         /* "self": layers the draft keeps, e.g. "0-14,29"; NULL = default */
+    const char *self_layers;         /* "self": layers the draft keeps, e.g. "0-14,29" (any order,
+                                      * sp_parse_index_list); NULL = default */
     sp_pool *pool;                   /* the engine's pool (borrowed) */
     sp_draft_model_opts dm;
 } sp_drafter_opts;
