@@ -9,6 +9,7 @@
  * the bench also checks that every method emitted exactly plain's tokens.
  */
 #include "cli/cli.h"
+#include "cli/paths.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -410,7 +411,7 @@ int sp_cmd_bench(int argc, char **argv) {
     for (int m = 1; m < o.n_methods; m++)
         if (!(drafters[m] = sp_engine_drafter(&e, o.methods[m], &o.spec, &err))) goto fail;
     if (load_prompts(&o, &e, ps, &np, &err)) goto fail;
-    if (o.draft_max == SP_DRAFT_ADAPTIVE && sp_cost_get(e.model, e.ws, e.threads, &cost, &err)) goto fail;
+    if (o.draft_max == SP_DRAFT_ADAPTIVE && sp_cost_get(e.model, e.ws, e.threads, sp_cost_cache_dir(), &cost, &err)) goto fail;
 
     /* warm-up: the first prompt, short, every method */
     for (int w = 0; w < o.warmup; w++)

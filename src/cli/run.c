@@ -1,5 +1,6 @@
 /* specula run: generate text from a prompt, streaming to stdout. */
 #include "cli/cli.h"
+#include "cli/paths.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -191,7 +192,7 @@ int sp_cmd_run(int argc, char **argv) {
     if (drafter) {
         sp_target tgt = sp_target_full(e.model, e.tok, &sp);
         if (!(draft = sp_draft_open(drafter, &tgt, &err))) goto fail_engine;
-        if (so.draft_max == SP_DRAFT_ADAPTIVE && sp_cost_get(e.model, e.ws, e.threads, &cost, &err))
+        if (so.draft_max == SP_DRAFT_ADAPTIVE && sp_cost_get(e.model, e.ws, e.threads, sp_cost_cache_dir(), &cost, &err))
             goto fail_engine;
     }
     sp_gen_config cfg = { .max_tokens = n_predict, .draft_max = drafter ? so.draft_max : 0, .cost = &cost };

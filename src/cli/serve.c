@@ -1,5 +1,6 @@
 /* specula serve: the OpenAI-compatible HTTP server (see src/serve/serve.h). */
 #include "cli/cli.h"
+#include "cli/paths.h"
 #include "serve/serve.h"
 
 #include <signal.h>
@@ -165,7 +166,7 @@ int sp_cmd_serve(int argc, char **argv) {
     s.so.drafters = drafters;
     s.so.n_drafters = n_drafters;
     sp_cost_curve cost;
-    if (sp_cost_get(e.model, e.ws, e.threads, &cost, &err)) goto close;
+    if (sp_cost_get(e.model, e.ws, e.threads, sp_cost_cache_dir(), &cost, &err)) goto close;
     s.so.cost = &cost;
     if (serve_until_signal(&e, &s, &sigs, &err) == 0) rc = 0;
 close:

@@ -17,6 +17,7 @@
  * becomes the default of --spec self for that model.
  */
 #include "cli/cli.h"
+#include "cli/paths.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -186,7 +187,7 @@ int sp_cmd_tune_self(int argc, char **argv) {
     uint8_t *keep = sp_xmalloc((size_t)L), *skip = sp_xmalloc((size_t)L), *best_keep = sp_xmalloc((size_t)L);
     sp_workspace *ws = sp_workspace_create(e.model, 64, e.pool);
     sp_cost_curve cost;
-    if (sp_cost_get(e.model, e.ws, e.threads, &cost, &err)) goto done;
+    if (sp_cost_get(e.model, e.ws, e.threads, sp_cost_cache_dir(), &cost, &err)) goto done;
 
     /* calibration sequences */
     sp_bench_prompt *bp = NULL;

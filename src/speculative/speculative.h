@@ -298,9 +298,12 @@ typedef struct sp_cost_curve {
  * (median), using a scratch cache. */
 int sp_cost_measure(const sp_model *m, sp_workspace *ws, const int *ks, int n_ks, int reps,
                     sp_cost_curve *c, sp_err *err);
-/* Loads the curve cached for (model, threads) or measures and caches it
- * under ${XDG_CACHE_HOME:-~/.cache}/specula/cost/. */
-int sp_cost_get(const sp_model *m, sp_workspace *ws, int threads, sp_cost_curve *c, sp_err *err);
+/* Loads the curve cached for (model, threads, this binary) in cache_dir,
+ * or measures it and saves it there (best effort).  cache_dir must exist
+ * (the caller picks it: `specula` uses ~/.cache/specula/cost); NULL
+ * measures without a cache. */
+int sp_cost_get(const sp_model *m, sp_workspace *ws, int threads, const char *cache_dir, sp_cost_curve *c,
+                sp_err *err);
 
 /* Per-request controller: running acceptance per draft position, the
  * cost curve and the measured cost of drafting pick the draft length that

@@ -82,6 +82,15 @@ if grep -qw avx2 /proc/cpuinfo; then
     done
 fi
 
+# the adaptive draft length's cost curve: cached under $XDG_CACHE_HOME/specula/cost, made when
+# missing, read back by the next run; a cache that cannot be made only costs a measurement
+XDG_CACHE_HOME="$tmp/xdg" "$BIN" run -m "$SMOL" --spec ngram -p "The capital of France is" -n 4 --temp 0 > "$tmp/c1" 2>/dev/null; rc=$?
+check "adaptive run caches its cost curve in \$XDG_CACHE_HOME/specula/cost" bash -c "[ $rc -eq 0 ] && ls $tmp/xdg/specula/cost/SmolLM2-135M-Instruct.Q4_1.gguf-*-t*.txt"
+XDG_CACHE_HOME="$tmp/xdg" "$BIN" run -m "$SMOL" --spec ngram -p "The capital of France is" -n 4 --temp 0 > "$tmp/c2" 2>/dev/null; rc=$?
+check "a cached cost curve is reused (same output, still one file)" bash -c "[ $rc -eq 0 ] && cmp -s $tmp/c1 $tmp/c2 && [ \$(ls $tmp/xdg/specula/cost | wc -l) -eq 1 ]"
+XDG_CACHE_HOME=/dev/null/x "$BIN" run -m "$SMOL" --spec ngram -p "The capital of France is" -n 4 --temp 0 > "$tmp/c3" 2>/dev/null; rc=$?
+check "an unwritable cache directory: the run measures and goes on" bash -c "[ $rc -eq 0 ] && cmp -s $tmp/c1 $tmp/c3"
+
 # run: greedy is deterministic and stats go to stderr
 "$BIN" run -m smollm2-135m -p "The capital of France is" -n 12 --temp 0 > "$tmp/o1" 2>"$tmp/s1"
 "$BIN" run -m smollm2-135m -p "The capital of France is" -n 12 --temp 0 -t 1 > "$tmp/o2" 2>/dev/null
