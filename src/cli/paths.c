@@ -1,5 +1,7 @@
-/* Where the command line keeps its files (see paths.h). */
+/* Where the command line keeps its files, and the settings it reads from
+ * the environment (see paths.h). */
 #include "cli/paths.h"
+#include "kernels/kernels.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -50,3 +52,17 @@ const char *sp_cost_cache_dir(void) {
     pthread_once(&cost_dir_once, cost_dir_init);
     return cost_dir_ok ? cost_dir : NULL;
 }
+
+/* Written once by sp_cli_env_init before any thread starts; read after. */
+static sp_model_load_opts model_opts = { .pack = true };
+
+void sp_cli_env_init(void) {
+    const char *simd = getenv("SPECULA_SIMD"), *pack = getenv("SPECULA_PACK");
+    sp_err err;
+    if (sp_kernels_select(simd, &err))
+        fprintf(stderr, "specula: SPECULA_SIMD: %s; using %s\n", err.msg, sp_kernels_describe());
+    model_opts = sp_model_load_default_opts();
+    if (pack && strcmp(pack, "0") == 0) model_opts.pack = false;
+}
+
+const sp_model_load_opts *sp_cli_model_opts(void) { return &model_opts; }

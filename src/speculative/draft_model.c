@@ -394,7 +394,9 @@ sp_drafter *sp_draft_model_create(const char *path, const sp_draft_model_opts *o
     if (o) dm->o = *o;
     dm->pool = pool;
     dm->owns_model = true;
-    if (!(dm->model = sp_model_load(path, err))) { free(dm); return NULL; }
+    const sp_model_load_opts lo = dm->o.load ? *dm->o.load : sp_model_load_default_opts();
+    dm->o.load = NULL;   /* borrowed only for this call */
+    if (!(dm->model = sp_model_load_with(path, &lo, err))) { free(dm); return NULL; }
     if (!(dm->tok = sp_tokenizer_load(dm->model->gguf, err))) {
         sp_err_prefix(err, "draft model %s", path);
         sp_model_free(dm->model);

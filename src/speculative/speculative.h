@@ -193,6 +193,8 @@ typedef struct sp_draft_model_opts {
     int n_ctx;                       /* draft cache size (0 = 4096) */
     bool sample;                     /* speculative sampling with q (same vocabulary only) */
     float min_prob;                  /* stop drafting when the draft's top probability is below (0 = never) */
+    const sp_model_load_opts *load;  /* "draft": how the draft model is loaded (borrowed, read at
+                                      * creation); NULL = sp_model_load_default_opts() */
 } sp_draft_model_opts;
 /* path: the draft GGUF.  pool is borrowed (the engine's). */
 sp_drafter *sp_draft_model_create(const char *path, const sp_draft_model_opts *o, sp_pool *pool,

@@ -156,6 +156,10 @@ static void test_model_drafters(void **state) {
     o.dm.sample = true;                  /* q returned: speculative sampling (T = 0 here) */
     check_drafter(f, "draft", &o, false);
     o.dm.sample = false;
+    const sp_model_load_opts plain = { .pack = false };
+    o.dm.load = &plain;                  /* a draft model loaded unpacked drafts losslessly too */
+    check_drafter(f, "draft", &o, false);
+    o.dm.load = NULL;
     if (gemma) {                         /* cross-tokenizer: SmolLM2 drafts for Gemma */
         char path[4096];
         snprintf(path, sizeof path, "%s", sp_test_model_path(SP_TEST_SMOLLM2));
