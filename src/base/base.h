@@ -1,6 +1,7 @@
 /*
- * base — the bottom layer of specula: errors, logging, memory, threads,
- * randomness, half-precision floats, timers and the table of tensor types.
+ * base — the bottom layer of specula: errors, logging, memory (growing
+ * arrays included), index lists, threads, randomness, half-precision
+ * floats, timers and the table of tensor types.
  *
  * Everything above may call this; this calls only libc and pthreads.
  */

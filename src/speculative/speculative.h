@@ -213,8 +213,9 @@ sp_drafter *sp_self_create(const sp_model *target, const uint8_t *skip, const sp
 int sp_xvocab_continue(const sp_tokenizer *ttok, const int32_t *thist, int n_thist, const char *text,
                        size_t n_text, int max_n, int32_t *out, sp_err *err);
 
-/* Creates a drafter by name ("ngram", "suffix") with parameters from the
- * options below (0 = default). */
+/* Creates a drafter by name ("ngram", "suffix", "draft", "self", or a
+ * combination "A,B" / "A+B") with parameters from the options below
+ * (0 = default). */
 typedef struct sp_drafter_opts {
     int ngram_min, ngram_max;
     float suffix_factor, suffix_min_prob;
