@@ -2,14 +2,16 @@
 #
 #   make            release build  -> build/release/specula
 #   make debug      -O0 -g, asserts on -> build/debug/specula
-#   make asan       ASan+UBSan     -> build/asan/specula (+ unit tests)
+#   make asan       ASan+UBSan     -> build/asan/specula (+ test binaries)
+#   make tests      the unit and model test binaries of BUILD (release by default)
 #   make test       build release + asan and run the whole suite (tests/run.sh)
 #   make fuzz       libFuzzer harness for the GGUF reader (clang)
 #   make install    PREFIX=/usr/local DESTDIR=: the binary, libspecula.a and
 #                   libspecula.so, include/specula.h and specula.pc
 #
-# One binary runs on any x86-64: no -march=native.  The SIMD kernels
-# (AVX2, AVX-VNNI, AVX-512 VNNI) are chosen at run time.
+# One binary runs on any x86-64: no -march=native.  The SIMD kernels (AVX2,
+# AVX-VNNI, AVX-512 VNNI) are compiled per function with target attributes
+# and chosen at run time from CPUID (src/kernels/cpu.c).
 
 CC       ?= cc
 CSTD     := -std=c11 -D_GNU_SOURCE
@@ -49,7 +51,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(O)/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)
 MODEL_BIN := $(MODEL_SRC:tests/model/%.c=$(O)/tests/%)
 
-.PHONY: all release debug asan test unit fuzz clean install
+.PHONY: all release debug asan test tests fuzz clean install
 all: $(O)/specula $(O)/libspecula.a $(O)/libspecula.so
 
 release:

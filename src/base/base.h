@@ -1,6 +1,7 @@
 /*
- * base — the bottom layer of specula: errors, logging, memory, threads,
- * randomness, half-precision floats, timers and the table of tensor types.
+ * base — the bottom layer of specula: errors, logging, memory (growing
+ * arrays included), index lists, threads, randomness, half-precision
+ * floats, timers and the table of tensor types.
  *
  * Everything above may call this; this calls only libc and pthreads.
  */
@@ -56,6 +57,30 @@ void sp_free_aligned(void *p);
 void *sp_alloc_big(size_t n);
 void sp_free_big(void *p, size_t n);
 
+/* Grows a heap array to hold at least `need` elements.  ptr is a typed
+ * pointer (NULL while cap is 0) and cap its capacity in elements, of any
+ * integer type; both are updated.  The capacity doubles (from
+ * SP_VEC_MIN_CAP) until it is enough, so n single pushes cost O(n) copies
+ * in all.  A size that overflows size_t or a capacity that does not fit
+ * cap's type aborts with a message, like running out of memory (no caller
+ * could go on).  Evaluates its arguments more than once: pass plain
+ * lvalues and side-effect-free expressions. */
+#define SP_VEC_MIN_CAP 16
+#define SP_VEC_GROW(ptr, cap, need)                                                   \
+    do {                                                                              \
+        if ((uint64_t)(need) > (uint64_t)(cap)) {                                    \
+            size_t sp_vec_cap_ = (size_t)(cap);                                       \
+            (ptr) = sp_grow((ptr), sizeof *(ptr), &sp_vec_cap_, (size_t)(need));      \
+            (cap) = sp_vec_cap_;                                                      \
+            if ((uint64_t)(cap) != (uint64_t)sp_vec_cap_) sp_grow_fail(sp_vec_cap_, sizeof *(ptr)); \
+        }                                                                             \
+    } while (0)
+/* SP_VEC_GROW's worker: reallocates p (elements of elem bytes) to the
+ * doubled capacity >= need (> *cap) and stores that capacity in *cap. */
+void *sp_grow(void *p, size_t elem, size_t *cap, size_t need);
+/* Aborts: an array of n elements of elem bytes cannot be sized. */
+_Noreturn void sp_grow_fail(size_t n, size_t elem);
+
 /* Overflow-checked size arithmetic: return false on overflow. */
 static inline bool sp_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
     return !__builtin_mul_overflow(a, b, out);
@@ -63,6 +88,19 @@ static inline bool sp_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
 static inline bool sp_add_ok(uint64_t a, uint64_t b, uint64_t *out) {
     return !__builtin_add_overflow(a, b, out);
 }
+
+/* ------------------------------------------------------------------------
+ * Index lists (list.c): "0-7,28-29", as --self-layers and quantize's
+ * --layers take them.
+ * ---------------------------------------------------------------------- */
+/* Parses comma-separated decimal indices N and ranges N-M (N <= M) into
+ * keep[0..n): keep[i] = 1 for every listed i, else 0.  Items may overlap
+ * and come in any order unless `ascending`, where each must start after
+ * the previous one ended (for lists whose order means something).  On an
+ * error (empty list, an item that is not N or N-M, a range that goes
+ * backwards, an index >= n, with ascending one out of order or twice)
+ * returns -1 and err names the problem; keep is then unspecified. */
+int sp_parse_index_list(const char *spec, int n, bool ascending, uint8_t *keep, sp_err *err);
 
 /* ------------------------------------------------------------------------
  * Timers

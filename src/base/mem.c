@@ -1,6 +1,8 @@
 /* Memory helpers, timers and process statistics. */
 #include "base/base.h"
 
+#include <assert.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,21 @@ void *sp_xrealloc(void *p, size_t n) {
     void *q = realloc(p, n ? n : 1);
     if (!q) sp_oom(n);
     return q;
+}
+
+void sp_grow_fail(size_t n, size_t elem) {
+    fprintf(stderr, "specula: an array of %zu elements of %zu bytes is too large\n", n, elem);
+    abort();
+}
+
+void *sp_grow(void *p, size_t elem, size_t *cap, size_t need) {
+    assert(elem > 0 && need > *cap);
+    size_t c = *cap ? *cap : SP_VEC_MIN_CAP;
+    while (c < need) c = c > SIZE_MAX / 2 ? need : 2 * c;   /* no wrap: need itself is the last step */
+    size_t bytes;
+    if (__builtin_mul_overflow(c, elem, &bytes)) sp_grow_fail(c, elem);
+    *cap = c;
+    return sp_xrealloc(p, bytes);
 }
 
 char *sp_xstrdup(const char *s) {

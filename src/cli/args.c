@@ -1,5 +1,6 @@
 /* Option parsing helpers with strict value checking. */
 #include "cli/cli.h"
+#include "cli/paths.h"
 
 #include <errno.h>
 #include <math.h>
@@ -111,6 +112,7 @@ int sp_engine_opt(sp_args *a, sp_engine_opts *o) {
 void sp_spec_cli_init(sp_spec_cli *o) {
     memset(o, 0, sizeof *o);
     o->draft_max = SP_DRAFT_ADAPTIVE;
+    o->d.dm.load = sp_cli_model_opts();   /* a --draft-model loads like the target */
 }
 
 int sp_spec_opt(sp_args *a, sp_spec_cli *o) {

@@ -9,6 +9,7 @@
  * the bench also checks that every method emitted exactly plain's tokens.
  */
 #include "cli/cli.h"
+#include "cli/paths.h"
 
 #include <jansson.h>
 #include <math.h>

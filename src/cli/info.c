@@ -1,5 +1,6 @@
 /* specula info: describe a model file. */
 #include "cli/cli.h"
+#include "cli/paths.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -42,7 +43,7 @@ int sp_cmd_info(int argc, char **argv) {
         fprintf(stderr, "specula info: %s\n", err.msg);
         return SP_EXIT_FAIL;
     }
-    sp_model *m = sp_model_load(path, &err);
+    sp_model *m = sp_model_load_with(path, sp_cli_model_opts(), &err);
     if (!m) { fprintf(stderr, "specula info: %s\n", err.msg); return SP_EXIT_FAIL; }
     sp_tokenizer *tok = sp_tokenizer_load(m->gguf, &err);
     if (!tok) { fprintf(stderr, "specula info: %s: %s\n", path, err.msg); sp_model_free(m); return SP_EXIT_FAIL; }

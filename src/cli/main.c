@@ -1,5 +1,6 @@
 /* specula: command dispatch. */
 #include "cli/cli.h"
+#include "cli/paths.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +26,7 @@ static const char main_help[] =
 
 int main(int argc, char **argv) {
     sp_base_init();
+    sp_cli_env_init();   /* the library reads no environment: settings go in from here */
     if (argc < 2) { fputs(main_help, stderr); return SP_EXIT_USAGE; }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {

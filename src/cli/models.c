@@ -1,5 +1,6 @@
 /* Model names, paths, and opening a model with its batch-engine context. */
 #include "cli/cli.h"
+#include "cli/paths.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,18 +19,12 @@ static const struct { const char *name, *file, *self_layers; } sp_known_models[]
 
 const char *sp_default_model(void) { return "smollm2-135m"; }
 
-static void cache_dir(char *buf, size_t cap) {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg) snprintf(buf, cap, "%s/specula/models", xdg);
-    else snprintf(buf, cap, "%s/.cache/specula/models", home && *home ? home : ".");
-}
-
 int sp_resolve_model(const char *arg, char *buf, size_t cap, sp_err *err) {
     struct stat st;
     for (size_t i = 0; i < sizeof sp_known_models / sizeof *sp_known_models; i++) {
         if (strcmp(arg, sp_known_models[i].name) != 0) continue;
         char dir[3072];
-        cache_dir(dir, sizeof dir);
+        if (sp_cache_dir("models", dir, sizeof dir, err)) return -1;
         snprintf(buf, cap, "%s/%s", dir, sp_known_models[i].file);
         if (stat(buf, &st) != 0)
             return sp_err_set(err, "model '%s' is not downloaded (expected %s); fetch it with: "
@@ -49,7 +44,7 @@ int sp_engine_open(const sp_engine_opts *o, sp_engine *e, sp_err *err) {
     char path[4096];
     if (sp_resolve_model(o->model ? o->model : sp_default_model(), path, sizeof path, err))
         return -1;
-    e->model = sp_model_load(path, err);
+    e->model = sp_model_load_with(path, sp_cli_model_opts(), err);
     if (!e->model) return -1;
     e->tok = sp_tokenizer_load(e->model->gguf, err);
     if (!e->tok) { sp_err_prefix(err, "%s", path); sp_engine_close(e); return -1; }
@@ -64,6 +59,7 @@ int sp_engine_open(const sp_engine_opts *o, sp_engine *e, sp_err *err) {
     cp.n_ctx = o->ctx;
     cp.batch_rows = o->batch;
     cp.threads = o->threads;
+    cp.cost_dir = sp_cost_cache_dir();
     if (!(e->ctx = sp_ctx_create(e->model, e->tok, &cp, err))) { sp_engine_close(e); return -1; }
     e->threads = sp_ctx_threads(e->ctx);
     e->n_ctx = sp_ctx_n_ctx(e->ctx);
@@ -81,11 +77,9 @@ void sp_engine_close(sp_engine *e) {
 
 void sp_self_cache_path(const sp_model *m, char *buf, size_t cap) {
     char dir[3072];
-    cache_dir(dir, sizeof dir);   /* .../specula/models */
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/self");
-    mkdir(dir, 0755);
+    sp_err err;
+    buf[0] = 0;                  /* no directory: nothing saved or read */
+    if (sp_cache_dir("self", dir, sizeof dir, &err)) return;
     const char *base = strrchr(m->path, '/');
     snprintf(buf, cap, "%s/%s.layers", dir, base ? base + 1 : m->path);
 }

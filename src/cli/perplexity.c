@@ -60,12 +60,11 @@ int sp_cmd_perplexity(int argc, char **argv) {
     size_t cap = 0, k;
     char buf[65536];
     while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
-        text = sp_xrealloc(text, cap = len + k + 1);
+        SP_VEC_GROW(text, cap, len + k + 1);
         memcpy(text + len, buf, k);
         len += k;
     }
     fclose(f);
-    (void)cap;
     if (!len) { fprintf(stderr, "specula perplexity: '%s' is empty\n", file); free(text); return SP_EXIT_FAIL; }
 
     sp_err err;

@@ -30,6 +30,7 @@
 #include "cli/cli.h"
 #include "kernels/kernels.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -77,14 +78,11 @@ static const struct { const char *name; uint32_t type, ftype; } qz_types[] = {
 };
 #define QZ_N_TYPES (sizeof qz_types / sizeof *qz_types)
 
-typedef struct qz_range { long lo, hi; } qz_range;
-
 typedef struct qz_opts {
     const char *model, *out, *name, *layers_arg;
     uint32_t type;              /* sp_dtype, or QZ_KEEP */
     bool keep_output, quiet;
-    qz_range *ranges;           /* owned; NULL = all blocks */
-    int n_ranges;
+    uint8_t *keep;              /* owned, QZ_MAX_LAYER + 1 entries, 1 = kept; NULL = all blocks */
 } qz_opts;
 
 /* One output tensor. */
@@ -133,46 +131,16 @@ static uint32_t qz_ftype(uint32_t type) {
     return 0;
 }
 
-/* Reads a decimal block number at *p (digits only, <= QZ_MAX_LAYER). */
-static bool qz_parse_num(const char **p, long *out) {
-    const char *s = *p;
-    long v = 0;
-    if (!isdigit((unsigned char)*s)) return false;
-    for (; isdigit((unsigned char)*s); s++) {
-        v = v * 10 + (*s - '0');
-        if (v > QZ_MAX_LAYER) return false;
-    }
-    *p = s;
-    *out = v;
-    return true;
-}
-
-/* Parses "A[-B],..." into strictly ascending, non-overlapping ranges
- * (the order of blocks in a model is its computation order: a list that
- * goes back would silently reorder layers). */
+/* Parses --layers into o->keep.  The list must be ascending: the order
+ * of blocks in a model is its computation order, and a list that goes
+ * back would silently reorder layers.  Whether the blocks exist is
+ * checked once the file's block count is known (qz_layer_map). */
 static bool qz_parse_layers(const char *s, qz_opts *o) {
-    size_t cap = 1;
-    for (const char *c = s; *c; c++) cap += *c == ',';
-    o->ranges = sp_xcalloc(cap, sizeof *o->ranges);
-    o->n_ranges = 0;
-    const char *p = s;
-    for (;;) {
-        qz_range r;
-        if (!qz_parse_num(&p, &r.lo)) goto bad;
-        r.hi = r.lo;
-        if (*p == '-') { p++; if (!qz_parse_num(&p, &r.hi)) goto bad; }
-        if (r.hi < r.lo)
-            return sp_usage_error("quantize", "--layers: range %ld-%ld goes backwards", r.lo, r.hi), false;
-        if (o->n_ranges && r.lo <= o->ranges[o->n_ranges - 1].hi)
-            return sp_usage_error("quantize", "--layers: block %ld is listed out of order or twice "
-                                  "(the list must be ascending)", r.lo), false;
-        o->ranges[o->n_ranges++] = r;
-        if (*p == 0) return true;
-        if (*p++ != ',') goto bad;
-    }
-bad:
+    sp_err err;
+    o->keep = sp_xmalloc(QZ_MAX_LAYER + 1);
+    if (sp_parse_index_list(s, QZ_MAX_LAYER + 1, true, o->keep, &err) == 0) return true;
     sp_usage_error("quantize", "--layers expects ascending block numbers and ranges like 0-7,28-29 "
-                   "(numbers up to %d), got '%s'", QZ_MAX_LAYER, s);
+                   "(numbers up to %d), got '%s': %s", QZ_MAX_LAYER, s, err.msg);
     return false;
 }
 
@@ -209,20 +177,19 @@ static int qz_parse_args(int argc, char **argv, qz_opts *o) {
  * returns the number kept, or -1 after a usage error (a block out of
  * range). */
 static int qz_layer_map(const qz_opts *o, int n_layer, int *map) {
-    if (!o->ranges) {
+    if (!o->keep) {
         for (int i = 0; i < n_layer; i++) map[i] = i;
         return n_layer;
     }
-    for (int i = 0; i < n_layer; i++) map[i] = -1;
-    int k = 0;
-    for (int r = 0; r < o->n_ranges; r++) {
-        if (o->ranges[r].hi >= n_layer) {
-            sp_usage_error("quantize", "--layers: block %ld is out of range (the model has %d blocks: 0-%d)",
-                           o->ranges[r].hi, n_layer, n_layer - 1);
+    assert(n_layer <= QZ_MAX_LAYER);   /* qz_source_info */
+    for (int l = QZ_MAX_LAYER; l >= n_layer; l--)   /* the highest block listed beyond the file's */
+        if (o->keep[l]) {
+            sp_usage_error("quantize", "--layers: block %d is out of range (the model has %d blocks: 0-%d)",
+                           l, n_layer, n_layer - 1);
             return -1;
         }
-        for (long l = o->ranges[r].lo; l <= o->ranges[r].hi; l++) map[l] = k++;
-    }
+    int k = 0;
+    for (int i = 0; i < n_layer; i++) map[i] = o->keep[i] ? k++ : -1;
     return k;
 }
 
@@ -310,7 +277,7 @@ static int qz_cut_per_layer(sp_gguf_writer *w, const sp_gguf_kv *kv, const char 
 static int qz_metadata(sp_gguf_writer *w, const sp_gguf *g, const qz_opts *o, const char *arch,
                        const int *map, int n_layer, int n_keep, sp_err *err) {
     if (sp_gguf_writer_copy_kv(w, g, err)) return -1;
-    if (o->ranges) {
+    if (o->keep) {
         char key[160];
         snprintf(key, sizeof key, "%s.block_count", arch);
         if (sp_gguf_writer_set_u32(w, key, (uint32_t)n_keep, err)) return -1;
@@ -386,7 +353,7 @@ static int qz_plan(qz_job *job, sp_gguf_writer *w, const sp_gguf *g, const qz_op
         if (memchr(t->name.ptr, 0, t->name.len))
             return sp_err_set(err, "tensor %" PRIu64 " ('%s') has a NUL byte in its name", i,
                               qz_escape(t->name.ptr, (size_t)t->name.len, esc, sizeof esc));
-        char *name = qz_out_name(t, o->ranges ? map : NULL, n_layer);
+        char *name = qz_out_name(t, o->keep ? map : NULL, n_layer);
         if (!name) continue;
         qz_tensor *q = &job->t[job->n++];
         *q = (qz_tensor){t, name, qz_target_type(t, name, o)};
@@ -444,7 +411,7 @@ static int qz_source_info(const sp_gguf *g, const qz_opts *o, char *arch, size_t
     sp_str s = {"", 0};
     arch[0] = 0;
     *n_layer = 0;
-    if (!o->ranges) {   /* only --layers needs them */
+    if (!o->keep) {   /* only --layers needs them */
         if (sp_gguf_get_str(g, "general.architecture", &s, NULL) > 0 && s.len < cap && !memchr(s.ptr, 0, s.len))
             sp_str_cpy(s, arch, cap);
         return 0;
@@ -474,7 +441,7 @@ static int qz_run(const sp_gguf *g, const char *src_path, const qz_opts *o) {
     int *map = sp_xcalloc((size_t)n_layer + 1, sizeof *map);
     qz_job job = {.quiet = o->quiet};
     sp_gguf_writer *w = sp_gguf_writer_create();
-    if (o->ranges) {
+    if (o->keep) {
         if ((n_keep = qz_layer_map(o, n_layer, map)) < 0) { rc = SP_EXIT_USAGE; goto done; }
         fprintf(stderr, "specula quantize: keeping %d of %d blocks (%s)\n", n_keep, n_layer, o->layers_arg);
         if (!strcmp(arch, "gemma3")) qz_warn_swa(map, n_layer);
@@ -503,17 +470,17 @@ done:
 int sp_cmd_quantize(int argc, char **argv) {
     qz_opts o = {0};
     int rc = qz_parse_args(argc, argv, &o);
-    if (rc >= 0) { free(o.ranges); return rc; }
+    if (rc >= 0) { free(o.keep); return rc; }
     sp_err err = {{0}};
     char path[4096];
     sp_gguf *g = NULL;
     if (sp_resolve_model(o.model, path, sizeof path, &err) || !(g = sp_gguf_open(path, &err))) {
         fprintf(stderr, "specula quantize: %s\n", err.msg);
-        free(o.ranges);
+        free(o.keep);
         return SP_EXIT_FAIL;
     }
     rc = qz_run(g, path, &o);
     sp_gguf_close(g);
-    free(o.ranges);
+    free(o.keep);
     return rc;
 }

@@ -1,5 +1,6 @@
 /* specula run: generate text from a prompt, streaming to stdout. */
 #include "cli/cli.h"
+#include "cli/paths.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -73,13 +74,13 @@ static sp_emit_result on_token(void *ud, int32_t tok, bool drafted, const float 
 static char *read_file(const char *path, sp_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) { sp_err_set(err, "cannot open prompt file '%s'", path); return NULL; }
-    size_t cap = 4096, n = 0;
-    char *b = sp_xmalloc(cap);
-    size_t k;
-    while ((k = fread(b + n, 1, cap - n - 1, f)) > 0) {
+    size_t cap = 0, n = 0, k;
+    char *b = NULL;
+    do {
+        SP_VEC_GROW(b, cap, n + 4096 + 1);   /* room to read into, and the NUL */
+        k = fread(b + n, 1, cap - n - 1, f);
         n += k;
-        if (cap - n - 1 == 0) b = sp_xrealloc(b, cap *= 2);
-    }
+    } while (k > 0);
     fclose(f);
     b[n] = 0;
     if (strlen(b) != n) { free(b); sp_err_set(err, "prompt file '%s' contains NUL bytes", path); return NULL; }

@@ -1,5 +1,6 @@
 /* specula serve: the OpenAI-compatible HTTP server (see src/serve/serve.h). */
 #include "cli/cli.h"
+#include "cli/paths.h"
 #include "serve/serve.h"
 
 #include <signal.h>

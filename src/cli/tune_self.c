@@ -17,6 +17,7 @@
  * becomes the default of --spec self for that model.
  */
 #include "cli/cli.h"
+#include "cli/paths.h"
 
 #include <math.h>
 #include <stdio.h>

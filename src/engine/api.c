@@ -47,8 +47,9 @@ specula_model_params specula_model_default_params(void) {
 specula_model *specula_model_load(const char *path, const specula_model_params *p, specula_error *err) {
     const specula_model_params mp = p ? *p : specula_model_default_params();
     sp_err e;
-    (void)mp; /* MERGE: pack via sp_model_load_with */
-    sp_model *m = sp_model_load(path, &e);
+    sp_model_load_opts lo = sp_model_load_default_opts();
+    lo.pack = mp.pack_weights;
+    sp_model *m = sp_model_load_with(path, &lo, &e);
     if (!m) { set_err(err, &e); return NULL; }
     sp_tokenizer *tok = sp_tokenizer_load(m->gguf, &e);
     if (tok && sp_tokenizer_n_vocab(tok) > m->hp.n_vocab) {

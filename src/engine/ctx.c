@@ -110,7 +110,7 @@ int sp_ctx_n_seqs(const sp_ctx *c) {
 
 int sp_ctx_cost(sp_ctx *c, const sp_cost_curve **out, sp_err *err) {
     if (!c->cost) {
-        if (sp_cost_get(c->m, c->ws, c->p.threads, &c->measured, err)) return -1;
+        if (sp_cost_get(c->m, c->ws, c->p.threads, c->p.cost_dir, &c->measured, err)) return -1;
         c->cost = &c->measured;
     }
     *out = c->cost;

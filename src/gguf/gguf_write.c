@@ -225,10 +225,7 @@ static int gw_set(sp_gguf_writer *w, const char *key, size_t len, const sp_gguf_
         w->kv[i].val = copy;
         return 0;
     }
-    if (w->n_kv == w->cap_kv) {
-        w->cap_kv = w->cap_kv ? 2 * w->cap_kv : 32;
-        w->kv = sp_xrealloc(w->kv, (size_t)w->cap_kv * sizeof *w->kv);
-    }
+    SP_VEC_GROW(w->kv, w->cap_kv, w->n_kv + 1);
     w->kv[w->n_kv++] = (gw_kv){k, copy};
     return 0;
 }
@@ -310,10 +307,7 @@ int64_t sp_gguf_writer_add_tensor(sp_gguf_writer *w, const char *name, uint32_t 
             return sp_err_set(err, "gguf: duplicate tensor name '%s' (also tensor %" PRIu64 ")", name, i);
     for (uint32_t d = 0; d < GW_MAX_DIMS; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
     t.name = sp_xstrdup(name);
-    if (w->n_tensors == w->cap_tensors) {
-        w->cap_tensors = w->cap_tensors ? 2 * w->cap_tensors : 64;
-        w->tensors = sp_xrealloc(w->tensors, (size_t)w->cap_tensors * sizeof *w->tensors);
-    }
+    SP_VEC_GROW(w->tensors, w->cap_tensors, w->n_tensors + 1);
     w->tensors[w->n_tensors] = t;
     return (int64_t)w->n_tensors++;
 }

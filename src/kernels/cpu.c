@@ -1,16 +1,15 @@
 /* CPU feature detection and the kernels' dispatch table.
  *
- * The table is picked once, on the first sp_kern() call, from what the CPU
- * supports and SPECULA_SIMD; the pointer is published atomically so the
- * worker threads that run kernels concurrently all see one table. */
+ * The table is the one sp_kernels_select / sp_kernels_set_simd set, else
+ * the best the CPU supports, picked on the first sp_kern() call; the
+ * pointer is published atomically so the worker threads that run kernels
+ * concurrently all see one table. */
 #include "kernels/internal.h"
 
 #include <stdatomic.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* The portable table: every entry NULL, so each public function runs its
@@ -127,35 +126,11 @@ static const sp_kfuncs *sp_kfuncs_for(sp_simd level) {
     return &sp_kfuncs_scalar;
 }
 
-/* The level SPECULA_SIMD asks for, capped by what the CPU supports; an
- * unknown value or an unsupported level is reported once on stderr. */
-static sp_simd sp_simd_from_env(void) {
-    const sp_simd best = sp_kernels_simd_best();
-    const char *e = getenv("SPECULA_SIMD");
-    if (!e || !*e || strcmp(e, "auto") == 0) return best;
-    if (strcmp(e, "scalar") == 0) return SP_SIMD_SCALAR;
-    static const struct { const char *name; sp_simd level; const char *needs; } known[] = {
-        { "avx2", SP_SIMD_AVX2, "AVX2/FMA/F16C" },
-        { "vnni", SP_SIMD_VNNI, "AVX-VNNI" },
-        { "avx512", SP_SIMD_AVX512, "AVX-512 F/BW/VL/VNNI" },
-    };
-    for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
-        if (strcmp(e, known[i].name) != 0) continue;
-        if (sp_kernels_simd_supported(known[i].level)) return known[i].level;
-        fprintf(stderr, "specula: SPECULA_SIMD=%s but this CPU lacks %s; using %s\n", e, known[i].needs,
-                sp_kfuncs_for(best)->name);
-        return best;
-    }
-    fprintf(stderr, "specula: unknown SPECULA_SIMD=%s (scalar, avx2, vnni, avx512, auto); using %s\n", e,
-            sp_kfuncs_for(best)->name);
-    return best;
-}
-
 const sp_kfuncs *sp_kern(void) {
     const sp_kfuncs *k = atomic_load_explicit(&sp_kern_active, memory_order_acquire);
     if (k) return k;
     /* Two threads may get here at once; both compute the same table. */
-    const sp_kfuncs *want = sp_kfuncs_for(sp_simd_from_env());
+    const sp_kfuncs *want = sp_kfuncs_for(sp_kernels_simd_best());
     const sp_kfuncs *expected = NULL;
     if (!atomic_compare_exchange_strong(&sp_kern_active, &expected, want)) return expected;
     return want;
@@ -167,6 +142,23 @@ int sp_kernels_set_simd(sp_simd level) {
     if (!sp_kernels_simd_supported(level)) return -1;
     atomic_store_explicit(&sp_kern_active, sp_kfuncs_for(level), memory_order_release);
     return 0;
+}
+
+int sp_kernels_select(const char *level, sp_err *err) {
+    if (!level || !*level || strcmp(level, "auto") == 0)
+        return sp_kernels_set_simd(sp_kernels_simd_best());   /* always supported */
+    static const struct { const char *name; sp_simd level; const char *needs; } known[] = {
+        { "scalar", SP_SIMD_SCALAR, "" },
+        { "avx2", SP_SIMD_AVX2, "AVX2/FMA/F16C" },
+        { "vnni", SP_SIMD_VNNI, "AVX-VNNI" },
+        { "avx512", SP_SIMD_AVX512, "AVX-512 F/BW/VL/VNNI" },
+    };
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
+        if (strcmp(level, known[i].name) != 0) continue;
+        if (sp_kernels_set_simd(known[i].level) == 0) return 0;
+        return sp_err_set(err, "SIMD level %s needs %s, which this CPU lacks", level, known[i].needs);
+    }
+    return sp_err_set(err, "unknown SIMD level %s (scalar, avx2, vnni, avx512, auto)", level);
 }
 
 const char *sp_kernels_describe(void) { return sp_kern()->name; }

@@ -1,15 +1,19 @@
 /*
  * kernels/internal.h — private to the kernels layer (never included from
  * another layer): the ggml block layouts shared by the portable code
- * (quant.c) and the SIMD code (*_avx2.c), and the dispatch table that picks
- * the SIMD or the portable implementation at run time.
+ * (quant.c) and the SIMD code (*_avx2.c, pack_vnni.c, pack_avx512.c), and
+ * the dispatch table that picks the SIMD or the portable implementation at
+ * run time.
  *
- * Dispatch.  One binary runs on any x86-64: the AVX2 code is compiled with
+ * Dispatch.  One binary runs on any x86-64: the SIMD code is compiled with
  * per-function target attributes and only reached after CPUID said the CPU
- * (and the OS, via XGETBV) supports AVX2, FMA and F16C.  The active table
- * is chosen once, on first use, from the CPU and the environment variable
- * SPECULA_SIMD (scalar | avx2 | auto); tests switch it with
- * sp_kernels_set_simd().  A NULL entry means "use the portable code".
+ * (and the OS, via XGETBV) supports its instructions (AVX2, FMA and F16C;
+ * plus AVX-VNNI or AVX-512 F/BW/VL/VNNI for the wider levels).  The active table
+ * is the best the CPU supports, chosen on first use, unless a caller set
+ * one before with sp_kernels_select() (by name: scalar | avx2 | vnni |
+ * avx512 | auto; the command line passes SPECULA_SIMD) or
+ * sp_kernels_set_simd() (tests).  A NULL entry means "use the portable
+ * code".
  */
 #ifndef SP_KERNELS_INTERNAL_H
 #define SP_KERNELS_INTERNAL_H

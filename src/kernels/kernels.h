@@ -28,8 +28,8 @@
  * AVX2+FMA+F16C one (and on CPUs with AVX-VNNI the same with dpbusd in the
  * packed matmul, on CPUs with AVX-512 VNNI the same on 512-bit registers);
  * the best level the CPU supports is chosen on first use unless the
- * environment variable SPECULA_SIMD says otherwise ("scalar", "avx2",
- * "vnni", "avx512" or "auto").  The SIMD results may differ from the portable ones
+ * caller selected one (sp_kernels_select; the command line takes it from
+ * SPECULA_SIMD).  The SIMD results may differ from the portable ones
  * within float rounding (other summation orders), but each level on its
  * own keeps every guarantee of this header, batch invariance included.
  * sp_vec_dot, sp_quantize_row and sp_quantize_act_row are always the
@@ -53,6 +53,12 @@ sp_simd sp_kernels_simd(void);
 /* Switches level (tests, benchmarks): returns 0, or -1 if the CPU lacks
  * it (sp_kernels_simd_supported).  Not thread-safe: call while no kernel runs. */
 int sp_kernels_set_simd(sp_simd level);
+/* Selects the level by the name a user gives: "scalar", "avx2", "vnni",
+ * "avx512"; NULL, "" or "auto" = sp_kernels_simd_best().  Returns 0, or
+ * -1 + err (an unknown name, with the accepted ones; a level this CPU
+ * lacks, with what it needs), the level in use then unchanged.  Not
+ * thread-safe, like sp_kernels_set_simd: call at start. */
+int sp_kernels_select(const char *level, sp_err *err);
 /* The level in use, for logs: "scalar", "avx2+fma+f16c",
  * "avx2+fma+f16c+avxvnni" or "avx2+fma+f16c+avx512vnni". */
 const char *sp_kernels_describe(void);

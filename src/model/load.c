@@ -5,6 +5,7 @@
  */
 #include "model/model.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,11 +220,11 @@ static void pack_in_slices(const sp_gguf *g, const sp_matrix *w, uint8_t *dst) {
 
 /* Packs every matrix of a packable type and shape into one owned region
  * (huge pages where possible) and releases the mapped originals, so the
- * resident weights stay the size of the file; unless the kernels in use
- * have no packed path or SPECULA_PACK=0. */
+ * resident weights stay the size of the file.  Called only when the
+ * kernels in use have a packed path and the caller did not ask for the
+ * plain layout (sp_model_load_opts.pack). */
 static void pack_weights(sp_model *m) {
-    const char *e = getenv("SPECULA_PACK");
-    if (!sp_kernels_have_packed() || (e && strcmp(e, "0") == 0)) return;
+    assert(sp_kernels_have_packed());
     sp_matrix **ws = sp_xmalloc((size_t)(2 + 7 * m->hp.n_layer) * sizeof *ws);
     const int n = model_matrices(m, ws);
     size_t total = 0;
@@ -251,7 +252,17 @@ static uint64_t matrix_bytes(const sp_matrix *w) {
     return sp_dtype_row_bytes(w->type, (uint64_t)w->n_in) * (uint64_t)w->n_out;
 }
 
+sp_model_load_opts sp_model_load_default_opts(void) {
+    return (sp_model_load_opts){ .pack = true };
+}
+
 sp_model *sp_model_load(const char *path, sp_err *err) {
+    const sp_model_load_opts o = sp_model_load_default_opts();
+    return sp_model_load_with(path, &o, err);
+}
+
+sp_model *sp_model_load_with(const char *path, const sp_model_load_opts *o, sp_err *err) {
+    assert(o);
     sp_base_init();
     sp_gguf *g = sp_gguf_open(path, err);
     if (!g) return NULL;
@@ -285,7 +296,7 @@ sp_model *sp_model_load(const char *path, sp_err *err) {
 
     for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++)
         m->weight_bytes += sp_gguf_tensor_at(g, i)->n_bytes;
-    pack_weights(m);
+    if (o->pack && sp_kernels_have_packed()) pack_weights(m);
     return m;
 fail:
     sp_err_prefix(err, "%s", path);

@@ -74,9 +74,23 @@ typedef struct sp_model {
     size_t packed_bytes;
 } sp_model;
 
+/* How a model is loaded. */
+typedef struct sp_model_load_opts {
+    /* With kernels that have a packed path (SIMD), repack the Q4_1, Q5_0
+     * and Q8_0 matrices at load, 8 rows interleaved, into one anonymous
+     * region and drop the mapped originals (faster matmuls; resident
+     * memory stays the size of the weights).  false keeps the plain
+     * mapped layout. */
+    bool pack;
+} sp_model_load_opts;
+/* The defaults: pack = true. */
+sp_model_load_opts sp_model_load_default_opts(void);
+
 /* Loads and validates a model (architecture, hyperparameters, every tensor's
  * presence, shape and type).  NULL + err on failure, naming what is wrong
  * and listing supported architectures / tensor types where relevant. */
+sp_model *sp_model_load_with(const char *path, const sp_model_load_opts *o, sp_err *err);
+/* sp_model_load_with the default options. */
 sp_model *sp_model_load(const char *path, sp_err *err);
 void sp_model_free(sp_model *m);
 const char *sp_arch_name(sp_arch a);

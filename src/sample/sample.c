@@ -73,10 +73,7 @@ bool sp_sampler_is_greedy(const sp_sampler *s) { return s->p.temperature == 0.0f
 void sp_sampler_reset(sp_sampler *s) { s->n_hist = 0; }
 
 void sp_sampler_accept(sp_sampler *s, int32_t token) {
-    if (s->n_hist == s->cap_hist) {
-        s->cap_hist = s->cap_hist ? 2 * s->cap_hist : 256;
-        s->hist = sp_xrealloc(s->hist, (size_t)s->cap_hist * sizeof *s->hist);
-    }
+    SP_VEC_GROW(s->hist, s->cap_hist, s->n_hist + 1);
     s->hist[s->n_hist++] = token;
 }
 

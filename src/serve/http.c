@@ -308,9 +308,9 @@ static enum MHD_Result answer_whole(sp_server *s, struct MHD_Connection *c, http
                                     const sp_resp_ctx *ctx) {
     const int fd = conn_fd(c);
     char *text = NULL;
-    size_t n_text = 0;
+    size_t n_text = 0, cap_text = 0;
     sp_lp_entry *lps = NULL;
-    int n_lps = 0;
+    int n_lps = 0, cap_lps = 0;
     sp_job_delta d;
     uint64_t last = sp_now_ns();
     for (;;) {
@@ -321,12 +321,12 @@ static enum MHD_Result answer_whole(sp_server *s, struct MHD_Connection *c, http
         }
         sp_job_take(j, &d);
         if (d.n_text) {
-            text = sp_xrealloc(text, n_text + d.n_text);
+            SP_VEC_GROW(text, cap_text, n_text + d.n_text);
             memcpy(text + n_text, d.text, d.n_text);
             n_text += d.n_text;
         }
         if (d.n_lps) {
-            lps = sp_xrealloc(lps, (size_t)(n_lps + d.n_lps) * sizeof *lps);
+            SP_VEC_GROW(lps, cap_lps, n_lps + d.n_lps);
             memcpy(lps + n_lps, d.lps, (size_t)d.n_lps * sizeof *lps);
             n_lps += d.n_lps;
         }
@@ -363,10 +363,7 @@ typedef struct sse {
 
 static void sse_put(sse *x, const char *s, size_t n) {
     if (x->off == x->n) x->off = x->n = 0;
-    if (x->n + n > x->cap) {
-        x->cap = (x->n + n) * 2 + 256;
-        x->buf = sp_xrealloc(x->buf, x->cap);
-    }
+    SP_VEC_GROW(x->buf, x->cap, x->n + n);
     memcpy(x->buf + x->n, s, n);
     x->n += n;
 }
@@ -563,10 +560,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*upload_size) {
         if (r->n_body + *upload_size > s->o.max_body) r->too_large = true;
         if (!r->too_large) {
-            if (r->n_body + *upload_size + 1 > r->cap_body) {
-                r->cap_body = (r->n_body + *upload_size + 1) * 2;
-                r->body = sp_xrealloc(r->body, r->cap_body);
-            }
+            SP_VEC_GROW(r->body, r->cap_body, r->n_body + *upload_size + 1);
             memcpy(r->body + r->n_body, upload, *upload_size);
             r->n_body += *upload_size;
         }

@@ -137,10 +137,7 @@ bool sp_job_cancelled(const sp_job *j) { return __atomic_load_n(&j->cancel, __AT
 /* Appends released text (caller holds mu). */
 static void put_text(sp_job *j, const char *s, size_t n) {
     if (!n) return;
-    if (j->n_out + n > j->cap_out) {
-        j->cap_out = (j->n_out + n) * 2 + 64;
-        j->out = sp_xrealloc(j->out, j->cap_out);
-    }
+    SP_VEC_GROW(j->out, j->cap_out, j->n_out + n);
     memcpy(j->out + j->n_out, s, n);
     j->n_out += n;
     j->released += n;
@@ -148,18 +145,12 @@ static void put_text(sp_job *j, const char *s, size_t n) {
 }
 
 static void put_lp(sp_job *j, const sp_lp_entry *e) {
-    if (j->n_lps == j->cap_lps) {
-        j->cap_lps = j->cap_lps ? 2 * j->cap_lps : 16;
-        j->lps = sp_xrealloc(j->lps, (size_t)j->cap_lps * sizeof *j->lps);
-    }
+    SP_VEC_GROW(j->lps, j->cap_lps, j->n_lps + 1);
     j->lps[j->n_lps++] = *e;
 }
 
 static void put_span(sp_job *j, size_t start, size_t end, bool drafted) {
-    if (j->n_spans == j->cap_spans) {
-        j->cap_spans = j->cap_spans ? 2 * j->cap_spans : 32;
-        j->spans = sp_xrealloc(j->spans, (size_t)j->cap_spans * sizeof *j->spans);
-    }
+    SP_VEC_GROW(j->spans, j->cap_spans, j->n_spans + 1);
     j->spans[j->n_spans++] = (tok_span){ start, end, drafted };
 }
 
@@ -172,10 +163,7 @@ static void add_seg(sp_job_delta *d, int *cap, size_t len, bool drafted, int tok
         d->segs[d->n_segs - 1].tokens += tokens;
         return;
     }
-    if (d->n_segs == *cap) {
-        *cap = *cap ? 2 * *cap : 8;
-        d->segs = sp_xrealloc(d->segs, (size_t)*cap * sizeof *d->segs);
-    }
+    SP_VEC_GROW(d->segs, *cap, d->n_segs + 1);
     d->segs[d->n_segs++] = (sp_text_seg){ len, drafted, tokens };
 }
 

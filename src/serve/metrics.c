@@ -7,6 +7,7 @@
  */
 #include "serve/internal.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,9 +168,9 @@ static void put(mx_buf *b, const char *fmt, ...) {
         va_start(ap, fmt);
         const int k = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
         va_end(ap);
-        if (k >= 0 && (size_t)k < b->cap - b->n) { b->n += (size_t)k; return; }
-        b->cap = b->cap * 2 + (k > 0 ? (size_t)k : 0);
-        b->s = sp_xrealloc(b->s, b->cap);
+        assert(k >= 0);   /* our formats are valid */
+        if ((size_t)k < b->cap - b->n) { b->n += (size_t)k; return; }
+        SP_VEC_GROW(b->s, b->cap, b->n + (size_t)k + 1);
     }
 }
 

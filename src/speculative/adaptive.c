@@ -13,7 +13,6 @@
  */
 #include "speculative/speculative.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,16 +89,14 @@ done:
     return rc;
 }
 
-static void cost_cache_path(const sp_model *m, int threads, char *buf, size_t cap) {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+/* The cache file of (model, threads) in dir; false if the name does not
+ * fit in cap (then there is no cache).  The running binary's stamp (size
+ * and modification time of /proc/self/exe) is part of the name: it
+ * invalidates curves measured with other kernels, and any rebuild changes
+ * it, not only one that recompiles this file. */
+static bool cost_cache_path(const sp_model *m, int threads, const char *dir, char *buf, size_t cap) {
     const char *base = strrchr(m->path, '/');
     base = base ? base + 1 : m->path;
-    char dir[2048];
-    if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/specula/cost", xdg);
-    else snprintf(dir, sizeof dir, "%s/.cache/specula/cost", home && *home ? home : ".");
-    /* The running binary's stamp (size and modification time of
-     * /proc/self/exe) invalidates curves measured with other kernels: any
-     * rebuild changes it, not only one that recompiles this file. */
     struct stat st;
     char stamp[64];
     if (stat("/proc/self/exe", &st) == 0)
@@ -107,10 +104,12 @@ static void cost_cache_path(const sp_model *m, int threads, char *buf, size_t ca
                  (unsigned long long)st.st_mtime);
     else
         snprintf(stamp, sizeof stamp, "%s-%s", __DATE__, __TIME__);
-    snprintf(buf, cap, "%s/%s-%llu-t%d-%s.txt", dir, base,
-             (unsigned long long)sp_gguf_file_size(m->gguf), threads, stamp);
-    for (char *p = buf + strlen(dir) + 1; *p; p++)
+    const int n = snprintf(buf, cap, "%s/%s-%llu-t%d-%s.txt", dir, base,
+                           (unsigned long long)sp_gguf_file_size(m->gguf), threads, stamp);
+    if (n < 0 || (size_t)n >= cap) return false;
+    for (char *p = buf + strlen(dir) + 1; *p; p++)   /* the file name only: dir is the caller's */
         if (*p == ' ' || *p == ':') *p = '_';
+    return true;
 }
 
 static bool cost_load(const char *path, sp_cost_curve *c) {
@@ -126,29 +125,22 @@ static bool cost_load(const char *path, sp_cost_curve *c) {
     return c->valid;
 }
 
+/* Best effort: a curve that cannot be saved is measured again next time. */
 static void cost_save(const char *path, const sp_cost_curve *c) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) return;
-    *slash = 0;
-    /* mkdir -p of the cache directory (best effort: a cache is optional) */
-    for (char *p = dir + 1; *p; p++)
-        if (*p == '/') { *p = 0; mkdir(dir, 0755); *p = '/'; }
-    mkdir(dir, 0755);
     FILE *f = fopen(path, "w");
     if (!f) return;
     for (int k = 1; k <= SP_MAX_DRAFT + 1; k++) fprintf(f, "%d %.9f\n", k, c->t[k]);
     fclose(f);
 }
 
-int sp_cost_get(const sp_model *m, sp_workspace *ws, int threads, sp_cost_curve *c, sp_err *err) {
+int sp_cost_get(const sp_model *m, sp_workspace *ws, int threads, const char *cache_dir, sp_cost_curve *c,
+                sp_err *err) {
     char path[4096];
-    cost_cache_path(m, threads, path, sizeof path);
-    if (cost_load(path, c)) return 0;
+    const bool cached = cache_dir && cost_cache_path(m, threads, cache_dir, path, sizeof path);
+    if (cached && cost_load(path, c)) return 0;
     static const int ks[] = { 1, 2, 3, 4, 6, 8, 12, 17 };
     if (sp_cost_measure(m, ws, ks, (int)(sizeof ks / sizeof *ks), 2, c, err)) return -1;
-    cost_save(path, c);
+    if (cached) cost_save(path, c);
     return 0;
 }
 

@@ -31,10 +31,7 @@ typedef struct cb_draft {
 } cb_draft;
 
 static void back_push(cb_draft *g, int i, const int32_t *t, int n) {
-    if (g->n_back[i] + n > g->cap_back[i]) {
-        g->cap_back[i] = (g->n_back[i] + n) * 2 + 32;
-        g->backlog[i] = sp_xrealloc(g->backlog[i], (size_t)g->cap_back[i] * sizeof(int32_t));
-    }
+    SP_VEC_GROW(g->backlog[i], g->cap_back[i], g->n_back[i] + n);
     memcpy(g->backlog[i] + g->n_back[i], t, (size_t)n * sizeof(int32_t));
     g->n_back[i] += n;
 }

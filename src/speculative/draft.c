@@ -144,7 +144,10 @@ static sp_drafter *create_self(const sp_drafter_opts *o, sp_err *err) {
     uint8_t *keep = sp_xmalloc((size_t)L), *skip = sp_xmalloc((size_t)L);
     sp_drafter *d = NULL;
     if (o->self_layers) {
-        if (sp_parse_layers(o->self_layers, L, keep, err)) goto out;
+        if (sp_parse_index_list(o->self_layers, L, false, keep, err)) {
+            sp_err_prefix(err, "self: layers '%s'", o->self_layers);
+            goto out;
+        }
     } else {
         sp_self_default_layers(o->target, keep);
     }

@@ -72,19 +72,13 @@ typedef struct dm_draft {
  * ------------------------------------------------------------------------ */
 
 static void ints_push(int32_t **a, int *n, int *cap, const int32_t *t, int k) {
-    if (*n + k > *cap) {
-        *cap = (*n + k) * 2 + 64;
-        *a = sp_xrealloc(*a, (size_t)*cap * sizeof(int32_t));
-    }
+    SP_VEC_GROW(*a, *cap, *n + k);
     memcpy(*a + *n, t, (size_t)k * sizeof(int32_t));
     *n += k;
 }
 
 static void text_push(dm_draft *g, const char *s, size_t n) {
-    if (g->n_text + n + 1 > g->cap_text) {
-        g->cap_text = (g->n_text + n + 1) * 2 + 256;
-        g->text = sp_xrealloc(g->text, g->cap_text);
-    }
+    SP_VEC_GROW(g->text, g->cap_text, g->n_text + n + 1);
     memcpy(g->text + g->n_text, s, n);
     g->n_text += n;
     g->text[g->n_text] = 0;
@@ -186,10 +180,7 @@ static int sync_draft_tokens(dm_draft *g, sp_err *err) {
     }
     g->n_hist = keep;
     ints_push(&g->hist, &g->n_hist, &g->cap_hist, t.ids, t.n);
-    if (g->n_hist + 1 > g->cap_dstart) {
-        g->cap_dstart = g->n_hist * 2 + 64;
-        g->dstart = sp_xrealloc(g->dstart, (size_t)g->cap_dstart * sizeof(size_t));
-    }
+    SP_VEC_GROW(g->dstart, g->cap_dstart, g->n_hist + 1);
     /* text offsets of the new tokens, from their pieces */
     size_t off = from;
     char buf[1024];
@@ -403,7 +394,9 @@ sp_drafter *sp_draft_model_create(const char *path, const sp_draft_model_opts *o
     if (o) dm->o = *o;
     dm->pool = pool;
     dm->owns_model = true;
-    if (!(dm->model = sp_model_load(path, err))) { free(dm); return NULL; }
+    const sp_model_load_opts lo = dm->o.load ? *dm->o.load : sp_model_load_default_opts();
+    dm->o.load = NULL;   /* borrowed only for this call */
+    if (!(dm->model = sp_model_load_with(path, &lo, err))) { free(dm); return NULL; }
     if (!(dm->tok = sp_tokenizer_load(dm->model->gguf, err))) {
         sp_err_prefix(err, "draft model %s", path);
         sp_model_free(dm->model);
@@ -434,28 +427,4 @@ sp_drafter *sp_self_create(const sp_model *target, const uint8_t *skip, const sp
     for (int il = 0; il < target->hp.n_layer && n + 4 < sizeof d->ns; il++)
         if (!skip[il]) n += (size_t)snprintf(d->ns + n, sizeof d->ns - n, ":%d", il);
     return d;
-}
-
-int sp_parse_layers(const char *spec, int n_layer, uint8_t *keep, sp_err *err) {
-    memset(keep, 0, (size_t)n_layer);
-    const char *p = spec;
-    if (!*p) return sp_err_set(err, "empty layer list");
-    while (*p) {
-        char *end;
-        long a = strtol(p, &end, 10), b;
-        if (end == p) return sp_err_set(err, "bad layer list '%s': expected N or N-M", spec);
-        p = end;
-        b = a;
-        if (*p == '-') {
-            b = strtol(p + 1, &end, 10);
-            if (end == p + 1) return sp_err_set(err, "bad layer list '%s': expected N-M", spec);
-            p = end;
-        }
-        if (a < 0 || b < a || b >= n_layer)
-            return sp_err_set(err, "bad layer range %ld-%ld (the model has layers 0-%d)", a, b, n_layer - 1);
-        for (long i = a; i <= b; i++) keep[i] = 1;
-        if (*p == ',') p++;
-        else if (*p) return sp_err_set(err, "bad layer list '%s' at '%s'", spec, p);
-    }
-    return 0;
 }

@@ -109,12 +109,18 @@ static void index_upto(ngram_draft *g) {
     }
 }
 
-static void hist_push(ngram_draft *g, const int32_t *t, int n) {
-    if (g->n + n > g->cap) {
-        g->cap = (g->n + n) * 2 + 64;
-        g->hist = sp_xrealloc(g->hist, (size_t)g->cap * sizeof(int32_t));
+/* Room for `need` positions in hist and next, which share the capacity
+ * (next holds max - min + 1 entries per position, row by row, so a
+ * reallocation keeps them in place). */
+static void hist_reserve(ngram_draft *g, int need) {
+    const int old = g->cap;
+    SP_VEC_GROW(g->hist, g->cap, need);
+    if (g->cap != old)
         g->next = sp_xrealloc(g->next, (size_t)g->cap * (size_t)(g->max - g->min + 1) * sizeof(int32_t));
-    }
+}
+
+static void hist_push(ngram_draft *g, const int32_t *t, int n) {
+    hist_reserve(g, g->n + n);
     memcpy(g->hist + g->n, t, (size_t)n * sizeof(int32_t));
     g->n += n;
 }
@@ -233,13 +239,9 @@ static int ngram_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *er
     if (bytes % sizeof(int32_t)) return sp_err_set(err, "ngram checkpoint: truncated history");
     hist_reset(g);
     int n = (int)(bytes / sizeof(int32_t));
-    if (n > g->cap) {
-        g->cap = n + 64;
-        g->hist = sp_xrealloc(g->hist, (size_t)g->cap * sizeof(int32_t));
-    }
+    hist_reserve(g, n);
     memcpy(g->hist, buf + off, bytes);
     g->n = n;
-    g->next = sp_xrealloc(g->next, (size_t)g->cap * (size_t)(g->max - g->min + 1) * sizeof(int32_t));
     return 0;
 }
 

@@ -211,6 +211,8 @@ typedef struct sp_draft_model_opts {
     int n_ctx;                       /* draft cache size (0 = 4096) */
     bool sample;                     /* speculative sampling with q (same vocabulary only) */
     float min_prob;                  /* stop drafting when the draft's top probability is below (0 = never) */
+    const sp_model_load_opts *load;  /* "draft": how the draft model is loaded (borrowed, read at
+                                      * creation); NULL = sp_model_load_default_opts() */
 } sp_draft_model_opts;
 /* path: the draft GGUF.  pool is borrowed (the engine's). */
 sp_drafter *sp_draft_model_create(const char *path, const sp_draft_model_opts *o, sp_pool *pool,
@@ -228,11 +230,10 @@ sp_drafter *sp_self_create(const sp_model *target, const uint8_t *skip, const sp
  * boundary does not re-tokenize cleanly) or -1 + err. */
 int sp_xvocab_continue(const sp_tokenizer *ttok, const int32_t *thist, int n_thist, const char *text,
                        size_t n_text, int max_n, int32_t *out, sp_err *err);
-/* Parses "0-7,28-29" style layer lists into keep[n_layer] (1 = listed). */
-int sp_parse_layers(const char *spec, int n_layer, uint8_t *keep, sp_err *err);
 
-/* Creates a drafter by name ("ngram", "suffix") with parameters from the
- * options below (0 = default). */
+/* Creates a drafter by name ("ngram", "suffix", "draft", "self", or a
+ * combination "A,B" / "A+B") with parameters from the options below
+ * (0 = default). */
 typedef struct sp_drafter_opts {
     int ngram_min, ngram_max;
     float suffix_factor, suffix_min_prob;
@@ -241,7 +242,8 @@ typedef struct sp_drafter_opts {
     /* model drafters */
     const char *draft_model;         /* "draft": path of the draft GGUF */
     const sp_model *target;          /* "self": the target (borrowed) */
-    const char *self_layers;         /* "self": layers the draft keeps, e.g. "0-14,29"; NULL = default */
+    const char *self_layers;         /* "self": layers the draft keeps, e.g. "0-14,29" (any order,
+                                      * sp_parse_index_list); NULL = default */
     sp_pool *pool;                   /* the engine's pool (borrowed) */
     sp_draft_model_opts dm;
 } sp_drafter_opts;
@@ -314,9 +316,12 @@ typedef struct sp_cost_curve {
  * (median), using a scratch cache. */
 int sp_cost_measure(const sp_model *m, sp_workspace *ws, const int *ks, int n_ks, int reps,
                     sp_cost_curve *c, sp_err *err);
-/* Loads the curve cached for (model, threads) or measures and caches it
- * under ${XDG_CACHE_HOME:-~/.cache}/specula/cost/. */
-int sp_cost_get(const sp_model *m, sp_workspace *ws, int threads, sp_cost_curve *c, sp_err *err);
+/* Loads the curve cached for (model, threads, this binary) in cache_dir,
+ * or measures it and saves it there (best effort).  cache_dir must exist
+ * (the caller picks it: `specula` uses ~/.cache/specula/cost); NULL
+ * measures without a cache. */
+int sp_cost_get(const sp_model *m, sp_workspace *ws, int threads, const char *cache_dir, sp_cost_curve *c,
+                sp_err *err);
 
 /* Per-request controller: running acceptance per draft position, the
  * cost curve and the measured cost of drafting pick the draft length that

@@ -141,10 +141,7 @@ static uint32_t node_new(sp_sfx *t, int32_t tok, int depth, uint32_t seq, int32_
         x = t->free_head;
         t->free_head = t->nodes[x].next;
     } else {
-        if (t->node_hw == t->node_cap) {
-            t->node_cap *= 2;
-            t->nodes = sp_xrealloc(t->nodes, (size_t)t->node_cap * sizeof *t->nodes);
-        }
+        SP_VEC_GROW(t->nodes, t->node_cap, t->node_hw + 1);
         x = t->node_hw++;
     }
     t->nodes[x] = (sfx_node){ .tok = tok, .count = 1, .child = NIL, .next = NIL, .prev = NIL,
@@ -186,10 +183,7 @@ static void free_subtree(sp_sfx *t, uint32_t c) {
         uint32_t x = t->stack[--n];
         for (uint32_t y = t->nodes[x].child; y != NIL; y = t->nodes[y].next) {
             edge_del(t, x, t->nodes[y].tok);
-            if (n == t->stack_cap) {
-                t->stack_cap *= 2;
-                t->stack = sp_xrealloc(t->stack, t->stack_cap * sizeof *t->stack);
-            }
+            SP_VEC_GROW(t->stack, t->stack_cap, n + 1);
             t->stack[n++] = y;
         }
         node_release(t, x);
@@ -256,10 +250,7 @@ const int32_t *sp_sfx_seq(const sp_sfx *t, int i, int *n) {
 
 void sp_sfx_open_seq(sp_sfx *t) {
     sp_sfx_close_seq(t);
-    if (t->n_seqs == t->seq_cap) {
-        t->seq_cap = t->seq_cap ? t->seq_cap * 2 : 4;
-        t->seqs = sp_xrealloc(t->seqs, (size_t)t->seq_cap * sizeof *t->seqs);
-    }
+    SP_VEC_GROW(t->seqs, t->seq_cap, t->n_seqs + 1);
     t->seqs[t->n_seqs++] = (sfx_seq){ .id = t->next_id++ };
     t->open = true;
 }
@@ -321,10 +312,7 @@ static uint32_t extend(sp_sfx *t, uint32_t x, int32_t tok, uint32_t sid, int32_t
 
 static void append_one(sp_sfx *t, int32_t tok) {
     sfx_seq *s = &t->seqs[t->n_seqs - 1];
-    if (s->n == s->cap) {
-        s->cap = s->cap ? s->cap * 2 : 64;
-        s->tok = sp_xrealloc(s->tok, (size_t)s->cap * sizeof(int32_t));
-    }
+    SP_VEC_GROW(s->tok, s->cap, s->n + 1);
     s->tok[s->n++] = tok;
     const int L = s->n;
     const uint32_t sid = s->id;

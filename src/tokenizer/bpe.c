@@ -49,10 +49,7 @@ static void bpe_word(bpe_state *s, const char *w, uint32_t wlen, sp_tokens *out)
         int32_t id = sp_strmap_get(&s->t->tok_map, w, wlen);
         if (id >= 0) { sp_tokens_push(out, id); return; }
     }
-    if (wlen > s->cap) {
-        s->cap = wlen;
-        s->sym = sp_xrealloc(s->sym, s->cap * sizeof *s->sym);
-    }
+    SP_VEC_GROW(s->sym, s->cap, wlen);
     s->word = w;
     int32_t ns = 0;
     for (uint32_t o = 0; o < wlen; ns++) {

@@ -84,10 +84,7 @@ typedef struct ch_buf {
 } ch_buf;
 
 static void ch_put(ch_buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        while (b->n + n + 1 > b->cap) b->cap = b->cap ? b->cap * 2 : 256;
-        b->s = sp_xrealloc(b->s, b->cap);
-    }
+    SP_VEC_GROW(b->s, b->cap, b->n + n + 1);
     memcpy(b->s + b->n, s, n);
     b->n += n;
     b->s[b->n] = 0;

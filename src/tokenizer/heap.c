@@ -9,10 +9,7 @@ static bool hp_before(const sp_bigram *a, const sp_bigram *b) {
 }
 
 void sp_heap_push(sp_bigram_heap *h, sp_bigram b) {
-    if (h->n == h->cap) {
-        h->cap = h->cap ? h->cap * 2 : 64;
-        h->v = sp_xrealloc(h->v, h->cap * sizeof *h->v);
-    }
+    SP_VEC_GROW(h->v, h->cap, h->n + 1);
     size_t i = h->n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;

@@ -122,10 +122,7 @@ typedef struct pt_list {
 
 static void pt_push(pt_list *l, uint32_t start, uint32_t len) {
     if (len == 0) return;
-    if (l->n == l->cap) {
-        l->cap = l->cap ? l->cap * 2 : 64;
-        l->v = sp_xrealloc(l->v, l->cap * sizeof *l->v);
-    }
+    SP_VEC_GROW(l->v, l->cap, l->n + 1);
     l->v[l->n++] = (sp_span){ start, len };
 }
 

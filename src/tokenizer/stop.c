@@ -61,10 +61,7 @@ static long find_stop(const sp_stop *s, size_t from) {
 bool sp_stop_push(sp_stop *s, const char *text, size_t n) {
     if (s->hit) return true;
     drop_released(s);
-    if (s->n + n + 1 > s->cap) {
-        s->cap = (s->n + n + 1) * 2;
-        s->buf = sp_xrealloc(s->buf, s->cap);
-    }
+    SP_VEC_GROW(s->buf, s->cap, s->n + n + 1);
     const size_t from = s->n;
     memcpy(s->buf + s->n, text, n);
     s->n += n;

@@ -15,10 +15,7 @@
  * Small helpers
  * ---------------------------------------------------------------------- */
 void sp_tokens_push(sp_tokens *t, int32_t id) {
-    if (t->n == t->cap) {
-        t->cap = t->cap ? t->cap * 2 : 64;
-        t->ids = sp_xrealloc(t->ids, (size_t)t->cap * sizeof *t->ids);
-    }
+    SP_VEC_GROW(t->ids, t->cap, t->n + 1);
     t->ids[t->n++] = id;
 }
 

@@ -63,16 +63,18 @@ check "info gemma3: gemma3, 18 layers, sliding window, gemma template" bash -c "
 SPECULA_SIMD=scalar "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
 check "info names the kernels (scalar: nothing packed)" bash -c "grep -q '^kernels:       scalar\$' $tmp/i"
 SPECULA_SIMD=bogus "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
-check "unknown SPECULA_SIMD is reported with the accepted values, the best level runs" bash -c "grep -q 'unknown SPECULA_SIMD=bogus (scalar, avx2, vnni, avx512, auto)' $tmp/i && grep -q '^kernels: ' $tmp/i"
+check "unknown SPECULA_SIMD is reported with the accepted values, the best level runs" bash -c "grep -q 'SPECULA_SIMD: unknown SIMD level bogus (scalar, avx2, vnni, avx512, auto); using ' $tmp/i && grep -q '^kernels: ' $tmp/i"
 SPECULA_SIMD=avx512 "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
 if grep -qw avx512_vnni /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then
     check "SPECULA_SIMD=avx512 runs the AVX-512 VNNI kernels" grep -q '^kernels:       avx2+fma+f16c+avx512vnni ' "$tmp/i"
 else
-    check "SPECULA_SIMD=avx512 on a CPU without it says so" grep -q 'SPECULA_SIMD=avx512 but this CPU lacks AVX-512' "$tmp/i"
+    check "SPECULA_SIMD=avx512 on a CPU without it says so" grep -q 'SPECULA_SIMD: SIMD level avx512 needs AVX-512 F/BW/VL/VNNI, which this CPU lacks; using ' "$tmp/i"
 fi
 if grep -qw avx2 /proc/cpuinfo; then
     "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
     check "info: SIMD kernels pack the Q4_1/Q5_0/Q8_0 matrices" grep -q '^kernels:       avx2+fma+f16c.* (Q4_1/Q5_0/Q8_0 matrices packed: ' "$tmp/i"
+    SPECULA_PACK=0 "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
+    check "info: SPECULA_PACK=0 keeps the matrices unpacked" grep -q '^kernels:       avx2+fma+f16c[a-z0-9+]*$' "$tmp/i"
     rss() { sed -n 's/.*peak RSS \([0-9]*\) MiB.*/\1/p' "$1"; }
     for m in smollm2-135m gemma3-270m; do
         "$BIN" run -m $m -p "The capital of France is" -n 8 --temp 0 > /dev/null 2>"$tmp/p1"
@@ -81,6 +83,15 @@ if grep -qw avx2 /proc/cpuinfo; then
         check "$m: packed peak RSS ${a} MiB within 5% of unpacked ${b} MiB" bash -c "[ -n '$a' ] && [ -n '$b' ] && [ \$(( $a * 100 )) -le \$(( $b * 105 )) ]"
     done
 fi
+
+# the adaptive draft length's cost curve: cached under $XDG_CACHE_HOME/specula/cost, made when
+# missing, read back by the next run; a cache that cannot be made only costs a measurement
+XDG_CACHE_HOME="$tmp/xdg" "$BIN" run -m "$SMOL" --spec ngram -p "The capital of France is" -n 4 --temp 0 > "$tmp/c1" 2>/dev/null; rc=$?
+check "adaptive run caches its cost curve in \$XDG_CACHE_HOME/specula/cost" bash -c "[ $rc -eq 0 ] && ls $tmp/xdg/specula/cost/SmolLM2-135M-Instruct.Q4_1.gguf-*-t*.txt"
+XDG_CACHE_HOME="$tmp/xdg" "$BIN" run -m "$SMOL" --spec ngram -p "The capital of France is" -n 4 --temp 0 > "$tmp/c2" 2>/dev/null; rc=$?
+check "a cached cost curve is reused (same output, still one file)" bash -c "[ $rc -eq 0 ] && cmp -s $tmp/c1 $tmp/c2 && [ \$(ls $tmp/xdg/specula/cost | wc -l) -eq 1 ]"
+XDG_CACHE_HOME=/dev/null/x "$BIN" run -m "$SMOL" --spec ngram -p "The capital of France is" -n 4 --temp 0 > "$tmp/c3" 2>/dev/null; rc=$?
+check "an unwritable cache directory: the run measures and goes on" bash -c "[ $rc -eq 0 ] && cmp -s $tmp/c1 $tmp/c3"
 
 # run: greedy is deterministic and stats go to stderr
 "$BIN" run -m smollm2-135m -p "The capital of France is" -n 12 --temp 0 > "$tmp/o1" 2>"$tmp/s1"

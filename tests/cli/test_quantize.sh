@@ -37,9 +37,9 @@ usage "no -o" "no output file" -m smollm2-135m
 usage "no -m" "no source model" -o "$tmp/x.gguf"
 usage "unknown --type" "--type expects Q4_0, Q4_1" -m smollm2-135m -o "$tmp/x.gguf" --type Q3_K
 usage "--layers backwards" "range 7-0 goes backwards" -m smollm2-135m -o "$tmp/x.gguf" --layers 7-0
-usage "--layers not ascending" "block 2 is listed out of order or twice" -m smollm2-135m -o "$tmp/x.gguf" --layers 0-3,2-5
-usage "--layers garbage" "--layers expects ascending block numbers" -m smollm2-135m -o "$tmp/x.gguf" --layers 1,,2
-usage "--layers empty" "--layers expects ascending block numbers" -m smollm2-135m -o "$tmp/x.gguf" --layers ""
+usage "--layers not ascending" "got '0-3,2-5': 2 is listed out of order or twice" -m smollm2-135m -o "$tmp/x.gguf" --layers 0-3,2-5
+usage "--layers garbage" "--layers expects ascending block numbers .* got '1,,2': expected N or N-M at ',2'" -m smollm2-135m -o "$tmp/x.gguf" --layers 1,,2
+usage "--layers empty" "--layers expects ascending block numbers .*: empty list" -m smollm2-135m -o "$tmp/x.gguf" --layers ""
 usage "--layers out of range" "block 30 is out of range (the model has 30 blocks: 0-29)" -m smollm2-135m -o "$tmp/x.gguf" --layers 0-30
 usage "unknown option" "unknown option '--bogus'" -m smollm2-135m -o "$tmp/x.gguf" --bogus
 check "no output file after usage errors" test ! -e "$tmp/x.gguf"

@@ -1,6 +1,7 @@
 /* Real-model tests of the forward pass: batch invariance (exact), KV trim
- * exactness, chunking and thread-count invariance, bad input. */
+ * exactness, chunking and thread-count invariance, bad input, load options. */
 #include "test_util.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -292,6 +293,32 @@ static void tree_check(fixture *f, int prefix) {
 static void test_tree(void **state) { tree_check(*state, 20); }
 static void test_tree_sliding_window(void **state) { tree_check(*state, 515); }
 
+/* sp_model_load_with: pack = false keeps the mapped layout (nothing
+ * packed) and still runs; the defaults pack wherever the kernels can. */
+static void test_load_opts(void **state) {
+    fixture *f = *state;
+    assert_true(sp_model_load_default_opts().pack);
+    assert_int_equal(f->m->packed != NULL, sp_kernels_have_packed());   /* sp_model_load: defaults */
+    sp_err err;
+    const sp_model_load_opts plain = { .pack = false };
+    sp_model *m = sp_model_load_with(sp_test_model_path(SP_TEST_SMOLLM2), &plain, &err);
+    assert_non_null(m);
+    assert_null(m->packed);
+    assert_int_equal(m->packed_bytes, 0);
+    const int V = m->hp.n_vocab;
+    int32_t t[8];
+    tokens(t, 8, V);
+    float *logits = malloc((size_t)V * sizeof(float));
+    sp_workspace *ws = sp_workspace_create(m, 8, f->pool);
+    sp_kv *kv = sp_kv_create(m, 16);
+    assert_int_equal(sp_model_forward(m, kv, ws, t, 8, SP_LOGITS_LAST, logits, &err), 0);
+    for (int j = 0; j < V; j += 997) assert_true(isfinite(logits[j]));
+    sp_kv_free(kv);
+    sp_workspace_free(ws);
+    free(logits);
+    sp_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_batch_invariance, setup_smol, teardown),
@@ -306,6 +333,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_taps, setup_smol, teardown),
         cmocka_unit_test_setup_teardown(test_taps, setup_gemma, teardown),
         cmocka_unit_test_setup_teardown(test_tree, setup_smol, teardown),
+        cmocka_unit_test_setup_teardown(test_load_opts, setup_smol, teardown),
         cmocka_unit_test_setup_teardown(test_tree, setup_gemma, teardown),
         cmocka_unit_test_setup_teardown(test_tree_sliding_window, setup_gemma, teardown),
     };

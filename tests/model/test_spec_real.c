@@ -2,8 +2,12 @@
  * of a small test set, ngram speculation (fixed and adaptive draft length)
  * emits exactly the tokens of plain decoding, at temperature 0 and at
  * temperature 0.8 with a fixed seed; stops inside an accepted run, max_tokens
- * and the context limit behave exactly as in plain decoding. */
+ * and the context limit behave exactly as in plain decoding.  Also: the
+ * cost curve's cache directory (sp_cost_get). */
 #include "spec_fixture.h"
+
+#include <dirent.h>
+#include <unistd.h>
 
 /* ngram drafters, chain and tree of width 3, shared by the tests. */
 static sp_drafter *g_ngram, *g_tree;
@@ -152,6 +156,10 @@ static void test_model_drafters(void **state) {
     o.dm.sample = true;                  /* q returned: speculative sampling (T = 0 here) */
     check_drafter(f, "draft", &o, false);
     o.dm.sample = false;
+    const sp_model_load_opts plain = { .pack = false };
+    o.dm.load = &plain;                  /* a draft model loaded unpacked drafts losslessly too */
+    check_drafter(f, "draft", &o, false);
+    o.dm.load = NULL;
     if (gemma) {                         /* cross-tokenizer: SmolLM2 drafts for Gemma */
         char path[4096];
         snprintf(path, sizeof path, "%s", sp_test_model_path(SP_TEST_SMOLLM2));
@@ -167,6 +175,46 @@ static void test_model_drafters(void **state) {
     check_drafter(f, "self", &o, true);
 }
 
+/* The one file of a directory (its path into buf); fails the test unless
+ * there is exactly one. */
+static void only_file(const char *dir, char *buf, size_t cap) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(buf, cap, "%s/%s", dir, e->d_name);
+        n++;
+    }
+    closedir(d);
+    assert_int_equal(n, 1);
+}
+
+/* sp_cost_get with a cache directory saves the measured curve there as
+ * one file and reads it back next time; with NULL it measures and writes
+ * nothing. */
+static void test_cost_cache(void **state) {
+    fixture *f = *state;
+    char dir[] = "/tmp/specula-cost-XXXXXX", file[4096];
+    assert_non_null(mkdtemp(dir));
+    sp_err err;
+    sp_cost_curve c;
+    assert_int_equal(sp_cost_get(f->m, f->ws, 2, dir, &c, &err), 0);
+    assert_true(c.valid);
+    only_file(dir, file, sizeof file);
+    FILE *fp = fopen(file, "w");          /* a curve no measurement gives: read back, not measured */
+    assert_non_null(fp);
+    for (int k = 1; k <= SP_MAX_DRAFT + 1; k++) fprintf(fp, "%d %d\n", k, k);
+    fclose(fp);
+    assert_int_equal(sp_cost_get(f->m, f->ws, 2, dir, &c, &err), 0);
+    for (int k = 1; k <= SP_MAX_DRAFT + 1; k++) assert_true(c.t[k] == k);
+    assert_int_equal(sp_cost_get(f->m, f->ws, 2, NULL, &c, &err), 0);   /* measured: below 1 s */
+    assert_true(c.valid && c.t[1] < 1.0);
+    only_file(dir, file, sizeof file);   /* nothing new */
+    assert_int_equal(unlink(file), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void) {
     sp_err err;
     g_ngram = sp_ngram_create(1, 3, &err);
@@ -178,6 +226,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_edges, fx_setup_gemma, fx_teardown),
         cmocka_unit_test_setup_teardown(test_model_drafters, fx_setup_smol, fx_teardown),
         cmocka_unit_test_setup_teardown(test_model_drafters, fx_setup_gemma, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_cost_cache, fx_setup_smol, fx_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     sp_drafter_free(g_ngram);

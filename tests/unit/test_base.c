@@ -1,8 +1,14 @@
-/* Unit tests for the base layer: half floats, keyed RNG, pool, dtypes. */
+/* Unit tests for the base layer: half floats, keyed RNG, pool, dtypes,
+ * growing arrays, index lists. */
 #include "test_util.h"
 #include "base/base.h"
 
 #include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static void test_f16_roundtrip_exact(void **state) {
     (void)state;
@@ -137,12 +143,136 @@ static void test_err(void **state) {
     assert_int_equal(sp_err_set(NULL, "ignored"), -1);
 }
 
+static void test_vec_grow(void **state) {
+    (void)state;
+    int32_t *v = NULL;
+    int cap = 0;
+    SP_VEC_GROW(v, cap, 1);                 /* from nothing: the minimum */
+    assert_non_null(v);
+    assert_int_equal(cap, SP_VEC_MIN_CAP);
+    for (int i = 0; i < cap; i++) v[i] = i;
+    int32_t *before = v;
+    SP_VEC_GROW(v, cap, SP_VEC_MIN_CAP);    /* enough already: untouched */
+    assert_ptr_equal(v, before);
+    assert_int_equal(cap, SP_VEC_MIN_CAP);
+    SP_VEC_GROW(v, cap, SP_VEC_MIN_CAP + 1); /* one more: doubles */
+    assert_int_equal(cap, 2 * SP_VEC_MIN_CAP);
+    SP_VEC_GROW(v, cap, 100);               /* far more: doubles until enough */
+    assert_int_equal(cap, 128);
+    for (int i = 0; i < SP_VEC_MIN_CAP; i++) assert_int_equal(v[i], i);  /* contents kept */
+    v[99] = 7;                              /* ASan: all of it is usable */
+    free(v);
+
+    char *b = NULL;                         /* a size_t capacity, bytes */
+    size_t bcap = 0;
+    SP_VEC_GROW(b, bcap, 1000);
+    assert_int_equal(bcap, 1024);
+    memset(b, 1, bcap);
+    free(b);
+}
+
+/* Runs fn in a child process; true if it died of SIGABRT. */
+static bool aborts(void (*fn)(void)) {
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        fclose(stderr);                      /* the expected message is noise here */
+        fn();
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
+static void grow_bytes_overflow(void) {
+    uint64_t *v = NULL;
+    size_t cap = 0;
+    SP_VEC_GROW(v, cap, SIZE_MAX / 4);      /* 8-byte elements: the size overflows */
+}
+
+static void grow_cap_overflow(void) {
+    char *v = NULL;
+    signed char cap = 100;                  /* 200 does not fit */
+    v = malloc(100);
+    SP_VEC_GROW(v, cap, 101);
+}
+
+static void grow_fits(void) {
+    char *v = NULL;
+    unsigned char cap = 0;
+    SP_VEC_GROW(v, cap, 128);               /* 16 .. 128: fits in 8 bits */
+    free(v);
+}
+
+static void test_vec_grow_overflow(void **state) {
+    (void)state;
+    assert_true(aborts(grow_bytes_overflow));
+    assert_true(aborts(grow_cap_overflow));
+    assert_false(aborts(grow_fits));
+}
+
+/* keep[] of a good list, as a string of 0/1. */
+static const char *listed(const char *spec, int n, bool ascending) {
+    static char out[64];
+    uint8_t keep[64];
+    sp_err e = {{0}};
+    assert_true(n < 64);
+    if (sp_parse_index_list(spec, n, ascending, keep, &e)) fail_msg("'%s': %s", spec, e.msg);
+    for (int i = 0; i < n; i++) out[i] = (char)('0' + keep[i]);
+    out[n] = 0;
+    return out;
+}
+
+/* The error of a bad list. */
+static const char *list_error(const char *spec, int n, bool ascending) {
+    static sp_err e;
+    uint8_t keep[64];
+    assert_int_equal(sp_parse_index_list(spec, n, ascending, keep, &e), -1);
+    return e.msg;
+}
+
+static void test_index_list(void **state) {
+    (void)state;
+    /* good lists: single indices, ranges, both ends of the bounds */
+    assert_string_equal(listed("0-2,5,7-7", 8, true), "11100101");
+    assert_string_equal(listed("9", 10, true), "0000000001");
+    assert_string_equal(listed("0", 1, true), "1");
+    assert_string_equal(listed("007", 8, true), "00000001");      /* leading zeros are decimal */
+    /* any order and overlaps without ascending; the union is kept */
+    assert_string_equal(listed("5,0-2,1-3,5", 6, false), "111101");
+    /* overlapping or going back with ascending */
+    assert_string_equal(list_error("0-3,2-5", 8, true), "2 is listed out of order or twice (the list must be ascending)");
+    assert_string_equal(list_error("4,1", 8, true), "1 is listed out of order or twice (the list must be ascending)");
+    assert_string_equal(list_error("1,1", 8, true), "1 is listed out of order or twice (the list must be ascending)");
+    /* out of range, also numbers too long for any integer type */
+    assert_string_equal(list_error("0-8", 8, false), "8 is out of range (0-7)");
+    assert_string_equal(list_error("12", 8, false), "12 is out of range (0-7)");
+    assert_string_equal(list_error("99999999999999999999999", 8, false),
+                        "99999999999999999999999 is out of range (0-7)");
+    /* ranges that go backwards */
+    assert_string_equal(list_error("7-0", 8, false), "range 7-0 goes backwards");
+    /* garbage and empty */
+    assert_string_equal(list_error("", 8, false), "empty list");
+    assert_string_equal(list_error("1,,2", 8, false), "expected N or N-M at ',2'");
+    assert_string_equal(list_error("1,", 8, false), "expected N or N-M at the end");
+    assert_string_equal(list_error("3-", 8, false), "expected N or N-M at the end");
+    assert_string_equal(list_error("-1", 8, false), "expected N or N-M at '-1'");
+    assert_string_equal(list_error(" 1", 8, false), "expected N or N-M at ' 1'");
+    assert_string_equal(list_error("x", 8, false), "expected N or N-M at 'x'");
+    assert_string_equal(list_error("1-2-3", 8, false), "expected ',' or the end at '-3'");
+    assert_string_equal(list_error("1;2", 8, false), "expected ',' or the end at ';2'");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_roundtrip_exact), cmocka_unit_test(test_f16_rounding),
         cmocka_unit_test(test_bf16), cmocka_unit_test(test_rng_keyed),
         cmocka_unit_test(test_pool), cmocka_unit_test(test_alloc_big), cmocka_unit_test(test_split),
         cmocka_unit_test(test_dtype), cmocka_unit_test(test_err),
+        cmocka_unit_test(test_vec_grow), cmocka_unit_test(test_vec_grow_overflow),
+        cmocka_unit_test(test_index_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

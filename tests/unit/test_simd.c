@@ -1,6 +1,6 @@
 /* Unit tests for the run-time dispatch and the SIMD kernels (cpu.c,
  * quant_avx2.c, ops_avx2.c, matmul.c, pack.c, pack_avx2.c, pack_vnni.c):
- *   - dispatch: levels, names, switching;
+ *   - dispatch: levels, names, switching, selecting by name;
  *   - activation quantizers: the SIMD ones give exactly the portable values
  *     (random rows, rounding ties, zeros, huge and subnormal values);
  *   - matmul: SIMD vs portable within float tolerance for every weight type,
@@ -91,6 +91,42 @@ static void test_dispatch(void **state) {
     }
     assert_int_equal(sp_kernels_set_simd(SP_SIMD_SCALAR), 0);
     assert_false(sp_kernels_have_packed());
+}
+
+/* sp_kernels_select: by name, "auto"/""/NULL = the best; an unknown name
+ * or a level the CPU lacks is an error that names it and changes nothing. */
+static void test_select(void **state) {
+    (void)state;
+    sp_err err;
+    assert_int_equal(sp_kernels_select("scalar", &err), 0);
+    assert_int_equal(sp_kernels_simd(), SP_SIMD_SCALAR);
+    const char *best_names[] = { NULL, "", "auto" };
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sp_kernels_set_simd(SP_SIMD_SCALAR), 0);
+        assert_int_equal(sp_kernels_select(best_names[i], &err), 0);
+        assert_int_equal(sp_kernels_simd(), sp_kernels_simd_best());
+    }
+    assert_int_equal(sp_kernels_set_simd(SP_SIMD_SCALAR), 0);
+    assert_int_equal(sp_kernels_select("bogus", &err), -1);
+    assert_string_equal(err.msg, "unknown SIMD level bogus (scalar, avx2, vnni, avx512, auto)");
+    assert_int_equal(sp_kernels_select("AVX2", &err), -1);    /* names are lower case */
+    assert_int_equal(sp_kernels_simd(), SP_SIMD_SCALAR);
+    static const struct { const char *name; sp_simd level; const char *msg; } levels[] = {
+        { "avx2", SP_SIMD_AVX2, "SIMD level avx2 needs AVX2/FMA/F16C, which this CPU lacks" },
+        { "vnni", SP_SIMD_VNNI, "SIMD level vnni needs AVX-VNNI, which this CPU lacks" },
+        { "avx512", SP_SIMD_AVX512, "SIMD level avx512 needs AVX-512 F/BW/VL/VNNI, which this CPU lacks" },
+    };
+    for (size_t i = 0; i < sizeof levels / sizeof *levels; i++) {
+        assert_int_equal(sp_kernels_set_simd(SP_SIMD_SCALAR), 0);
+        if (sp_kernels_simd_supported(levels[i].level)) {
+            assert_int_equal(sp_kernels_select(levels[i].name, &err), 0);
+            assert_int_equal(sp_kernels_simd(), levels[i].level);
+        } else {
+            assert_int_equal(sp_kernels_select(levels[i].name, &err), -1);
+            assert_string_equal(err.msg, levels[i].msg);
+            assert_int_equal(sp_kernels_simd(), SP_SIMD_SCALAR);
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -841,6 +877,7 @@ static void test_rope_table(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_dispatch, teardown),
+        cmocka_unit_test_teardown(test_select, teardown),
         cmocka_unit_test_teardown(test_act_prepare_exact, teardown),
         cmocka_unit_test_teardown(test_matmul_simd_vs_scalar, teardown),
         cmocka_unit_test_teardown(test_matmul_long_rows, teardown),
