@@ -135,5 +135,6 @@ int sp_spec_opt(sp_args *a, sp_spec_cli *o) {
     if (sp_arg_is(a, "--draft-sample")) { d->dm.sample = true; return 1; }
     if (sp_arg_is(a, "--draft-min-prob")) return sp_arg_float(a, 0, 1, &d->dm.min_prob) ? 1 : -1;
     if (sp_arg_is(a, "--self-layers")) return sp_arg_str(a, &d->self_layers) ? 1 : -1;
+    if (sp_arg_is(a, "--draft-head")) return sp_arg_str(a, &d->draft_head) ? 1 : -1;
     return 0;
 }

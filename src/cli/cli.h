@@ -107,7 +107,8 @@ int sp_spec_opt(sp_args *a, sp_spec_cli *o);
     "                          are bridged through text)\n" \
     "      --draft-sample      draft/self: sample drafts and verify by speculative sampling\n" \
     "      --draft-min-prob P  draft/self: stop drafting below this draft probability\n" \
-    "      --self-layers LIST  self: target layers the draft keeps, e.g. 0-14,29\n"
+    "      --self-layers LIST  self: target layers the draft keeps, e.g. 0-14,29\n" \
+    "      --draft-head PATH   eagle: the EAGLE-3 draft head (GGUF, trained for this model)\n"
 
 /* What a command opens: a model, its tokenizer and a batch-engine context
  * over them (src/engine; pool and ws are the context's, borrowed). */

@@ -6,10 +6,15 @@
 #include <string.h>
 
 sp_kv *sp_kv_create(const sp_model *m, int n_ctx) {
+    return sp_kv_create_dims(m->hp.n_layer, n_ctx, m->hp.n_head_kv * m->hp.head_dim);
+}
+
+sp_kv *sp_kv_create_dims(int n_layer, int n_ctx, int kv_dim) {
+    assert(n_layer > 0 && n_ctx > 0 && kv_dim > 0);
     sp_kv *kv = sp_xcalloc(1, sizeof *kv);
-    kv->n_layer = m->hp.n_layer;
+    kv->n_layer = n_layer;
     kv->n_ctx = n_ctx;
-    kv->kv_dim = m->hp.n_head_kv * m->hp.head_dim;
+    kv->kv_dim = kv_dim;
     const size_t n = (size_t)kv->n_layer * (size_t)n_ctx * (size_t)kv->kv_dim;
     kv->k = sp_alloc_aligned(n * sizeof(sp_f16));
     kv->v = sp_alloc_aligned(n * sizeof(sp_f16));

@@ -3,7 +3,7 @@
  * Every tensor the forward pass touches is checked here for presence,
  * shape and type, so the forward pass itself needs no checks.
  */
-#include "model/model.h"
+#include "model/internal.h"
 
 #include <assert.h>
 #include <math.h>
@@ -125,8 +125,8 @@ static const sp_gguf_tensor *find(const sp_gguf *g, const char *name, sp_err *er
 }
 
 /* Binds a 2-D weight matrix of n_out rows by n_in columns. */
-static int bind_matrix(const sp_gguf *g, const char *name, int64_t n_in, int64_t n_out,
-                       sp_matrix *out, sp_err *err) {
+int sp_bind_matrix(const sp_gguf *g, const char *name, int64_t n_in, int64_t n_out, sp_matrix *out,
+                   sp_err *err) {
     const sp_gguf_tensor *t = find(g, name, err);
     if (!t) return -1;
     if (t->n_dims != 2 || (int64_t)t->ne[0] != n_in || (int64_t)t->ne[1] != n_out)
@@ -143,8 +143,7 @@ static int bind_matrix(const sp_gguf *g, const char *name, int64_t n_in, int64_t
 }
 
 /* Binds a 1-D vector of n floats, converted to an owned float array. */
-static int bind_vector(const sp_gguf *g, const char *name, int64_t n, const float **out,
-                       sp_err *err) {
+int sp_bind_vector(const sp_gguf *g, const char *name, int64_t n, const float **out, sp_err *err) {
     const sp_gguf_tensor *t = find(g, name, err);
     if (!t) return -1;
     if (t->n_dims != 1 || (int64_t)t->ne[0] != n)
@@ -164,23 +163,23 @@ static int bind_layer(const sp_gguf *g, const sp_hparams *hp, int il, sp_layer *
     const int64_t d = hp->n_embd, q = (int64_t)hp->n_head * hp->head_dim;
     const int64_t kv = (int64_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff;
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s.weight", il, s), n)
-    if (bind_vector(g, NAME("attn_norm"), d, &L->attn_norm, err) ||
-        bind_matrix(g, NAME("attn_q"), d, q, &L->wq, err) ||
-        bind_matrix(g, NAME("attn_k"), d, kv, &L->wk, err) ||
-        bind_matrix(g, NAME("attn_v"), d, kv, &L->wv, err) ||
-        bind_matrix(g, NAME("attn_output"), q, d, &L->wo, err) ||
-        bind_vector(g, NAME("ffn_norm"), d, &L->ffn_norm, err) ||
-        bind_matrix(g, NAME("ffn_gate"), d, ff, &L->w_gate, err) ||
-        bind_matrix(g, NAME("ffn_up"), d, ff, &L->w_up, err) ||
-        bind_matrix(g, NAME("ffn_down"), ff, d, &L->w_down, err))
+    if (sp_bind_vector(g, NAME("attn_norm"), d, &L->attn_norm, err) ||
+        sp_bind_matrix(g, NAME("attn_q"), d, q, &L->wq, err) ||
+        sp_bind_matrix(g, NAME("attn_k"), d, kv, &L->wk, err) ||
+        sp_bind_matrix(g, NAME("attn_v"), d, kv, &L->wv, err) ||
+        sp_bind_matrix(g, NAME("attn_output"), q, d, &L->wo, err) ||
+        sp_bind_vector(g, NAME("ffn_norm"), d, &L->ffn_norm, err) ||
+        sp_bind_matrix(g, NAME("ffn_gate"), d, ff, &L->w_gate, err) ||
+        sp_bind_matrix(g, NAME("ffn_up"), d, ff, &L->w_up, err) ||
+        sp_bind_matrix(g, NAME("ffn_down"), ff, d, &L->w_down, err))
         return -1;
     L->swa = false;
     L->rope_base = hp->rope_base;
     if (hp->arch == SP_ARCH_GEMMA3) {
-        if (bind_vector(g, NAME("attn_q_norm"), hp->head_dim, &L->q_norm, err) ||
-            bind_vector(g, NAME("attn_k_norm"), hp->head_dim, &L->k_norm, err) ||
-            bind_vector(g, NAME("post_attention_norm"), d, &L->post_attn_norm, err) ||
-            bind_vector(g, NAME("post_ffw_norm"), d, &L->post_ffn_norm, err))
+        if (sp_bind_vector(g, NAME("attn_q_norm"), hp->head_dim, &L->q_norm, err) ||
+            sp_bind_vector(g, NAME("attn_k_norm"), hp->head_dim, &L->k_norm, err) ||
+            sp_bind_vector(g, NAME("post_attention_norm"), d, &L->post_attn_norm, err) ||
+            sp_bind_vector(g, NAME("post_ffw_norm"), d, &L->post_ffn_norm, err))
             return -1;
         L->swa = (il + 1) % hp->swa_pattern != 0;
         L->rope_base = L->swa ? hp->rope_base_swa : hp->rope_base;
@@ -281,11 +280,11 @@ sp_model *sp_model_load_with(const char *path, const sp_model_load_opts *o, sp_e
     if (te->n_dims != 2 || te->ne[1] == 0 || te->ne[1] > (1u << 24))
         { sp_err_set(err, "model: token_embd.weight has an invalid shape"); goto fail; }
     hp->n_vocab = (int)te->ne[1];
-    if (bind_matrix(g, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->tok_embd, err) ||
-        bind_vector(g, "output_norm.weight", hp->n_embd, &m->out_norm, err))
+    if (sp_bind_matrix(g, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->tok_embd, err) ||
+        sp_bind_vector(g, "output_norm.weight", hp->n_embd, &m->out_norm, err))
         goto fail;
     if (sp_gguf_find_tensor(g, "output.weight")) {
-        if (bind_matrix(g, "output.weight", hp->n_embd, hp->n_vocab, &m->output, err)) goto fail;
+        if (sp_bind_matrix(g, "output.weight", hp->n_embd, hp->n_vocab, &m->output, err)) goto fail;
     } else {
         m->output = m->tok_embd;
         m->tied_output = true;
@@ -296,6 +295,7 @@ sp_model *sp_model_load_with(const char *path, const sp_model_load_opts *o, sp_e
 
     for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++)
         m->weight_bytes += sp_gguf_tensor_at(g, i)->n_bytes;
+    sp_model_fingerprint_gguf(g, m->fingerprint);   /* before packing releases the mapped bytes */
     if (o->pack && sp_kernels_have_packed()) pack_weights(m);
     return m;
 fail:

@@ -72,6 +72,7 @@ typedef struct sp_model {
     uint64_t weight_bytes;       /* bytes of weight tensors in the file */
     void *packed;                /* owned (sp_alloc_big): the packed matrices' data, or NULL */
     size_t packed_bytes;
+    char fingerprint[17];        /* identity of the weights (hex), see sp_model_fingerprint_gguf */
 } sp_model;
 
 /* How a model is loaded. */
@@ -93,6 +94,10 @@ sp_model *sp_model_load_with(const char *path, const sp_model_load_opts *o, sp_e
 /* sp_model_load_with the default options. */
 sp_model *sp_model_load(const char *path, sp_err *err);
 void sp_model_free(sp_model *m);
+/* The fingerprint of a model file (fingerprint.c): a hash of every tensor's
+ * name, type, shape and first and last bytes, as 16 hex digits (out[17]).
+ * sp_model_load fills sp_model.fingerprint with it. */
+void sp_model_fingerprint_gguf(const sp_gguf *g, char out[17]);
 const char *sp_arch_name(sp_arch a);
 /* Bytes of weights read per decoded token (all matrices + LM head). */
 uint64_t sp_model_bytes_per_token(const sp_model *m);
@@ -110,6 +115,8 @@ typedef struct sp_kv {
 } sp_kv;
 
 sp_kv *sp_kv_create(const sp_model *m, int n_ctx);
+/* A cache of n_layer layers of kv_dim values per token (a draft head's). */
+sp_kv *sp_kv_create_dims(int n_layer, int n_ctx, int kv_dim);
 void sp_kv_free(sp_kv *kv);
 /* Keeps positions [0, n_keep); later positions are forgotten exactly (the
  * next forward overwrites them).  n_keep must be <= kv->n. */
@@ -183,5 +190,105 @@ int sp_model_forward_batch(const sp_model *m, sp_workspace *ws, const sp_fwd_seq
  * range; the cache is then unchanged. */
 int sp_model_forward(const sp_model *m, sp_kv *kv, sp_workspace *ws, const int32_t *tokens,
                      int n, sp_logits_mode mode, float *logits, sp_err *err);
+
+/* ------------------------------------------------------------------------
+ * EAGLE-3 draft head (head.c), in llama.cpp's `eagle3` GGUF layout.
+ *
+ * One decoder layer that drafts for a target.  At position p it reads the
+ * pair (g_p, next token x_{p+1}): g_p is fc(concat(the target's residual
+ * stream entering its layers target_layers[0..3) at p)), or, for a drafted
+ * position, the head's own output at p - 1.  Then
+ *
+ *   x   = [rmsnorm(emb(x_{p+1})) * attn_norm, rmsnorm(g_p) * attn_norm_2]   (2d)
+ *   h1  = g_p + Wo attn(RoPE(Wq x), RoPE(Wk x), Wv x)   (its own KV cache)
+ *   h2  = h1 + Wdown(silu(Wgate n) * Wup n),  n = rmsnorm(h1) * ffn_norm
+ *   out = h2 (fed forward as the next g);  logits = output · rmsnorm(h2) * output_norm
+ *
+ * over a reduced draft vocabulary whose ids map to target ids through d2t.
+ * The token embedding is the target's (the head has the target's width).
+ * RoPE rotates adjacent pairs (llama.cpp's NORM type), at position p.
+ * ---------------------------------------------------------------------- */
+#define SP_HEAD_TAPS 3
+
+typedef struct sp_head_hparams {
+    int n_embd;                  /* d = the target's n_embd */
+    int n_embd_target;           /* width of each tapped target state (= d here) */
+    int n_head, n_head_kv, head_dim, n_ff;
+    int n_vocab_draft;           /* rows of the LM head, entries of d2t */
+    int n_ctx_train;
+    float rms_eps, rope_base;
+    int32_t target_layers[SP_HEAD_TAPS]; /* tap boundaries (sp_fwd_seq), low to high */
+    bool norm_before_residual;   /* the residual is rmsnorm(g) * attn_norm_2 instead of g */
+} sp_head_hparams;
+
+typedef struct sp_head {
+    sp_gguf *gguf;               /* owned */
+    char *path;                  /* owned */
+    sp_head_hparams hp;
+    sp_matrix fc;                /* (d, 3 d_t) */
+    const float *attn_norm;      /* (d) on the token embedding, owned */
+    const float *attn_norm_2;    /* (d) on g, owned */
+    sp_matrix wq;                /* (n_head * head_dim, 2d) */
+    sp_matrix wk, wv;            /* (n_head_kv * head_dim, 2d) */
+    sp_matrix wo;                /* (d, n_head * head_dim) */
+    const float *ffn_norm;       /* (d) owned */
+    sp_matrix w_gate, w_up;      /* (n_ff, d) */
+    sp_matrix w_down;            /* (d, n_ff) */
+    const float *out_norm;       /* (d) owned */
+    sp_matrix output;            /* (n_vocab_draft, d) */
+    int32_t *d2t;                /* (n_vocab_draft) target ids, owned */
+    const sp_matrix *tok_embd;   /* the target's (borrowed) */
+    float min_prob;              /* specula.draft_min_prob: drafting stops below it (default 0.3) */
+    char target_fingerprint[17]; /* specula.target_fingerprint; "" = not recorded */
+} sp_head;
+
+/* Loads a head for `target` (borrowed; must outlive the head) and checks
+ * it: architecture, hyperparameters against the target's (width, layers
+ * to tap, vocabulary), every tensor's shape and type, d2t ids in range and
+ * unique, and the recorded target fingerprint (a head trained for another
+ * model is refused, naming both). */
+sp_head *sp_head_load(const char *path, const sp_model *target, sp_err *err);
+void sp_head_free(sp_head *h);
+
+/* Scratch for head passes of up to max_rows rows with a cache of n_ctx. */
+typedef struct sp_head_ws sp_head_ws;
+sp_head_ws *sp_head_ws_create(const sp_head *h, int max_rows, int n_ctx, sp_pool *pool);
+void sp_head_ws_free(sp_head_ws *w);
+/* The head's cache (one layer). */
+sp_kv *sp_head_kv_create(const sp_head *h, int n_ctx);
+
+/* g (n, d) = fc(taps (n, 3, d_t)), n <= max_rows. */
+void sp_head_fuse(const sp_head *h, sp_head_ws *w, const float *taps, int n, float *g);
+/* Runs n rows (n <= max_rows) at positions kv->n ..: inputs g (n, d) and
+ * next tokens tok (n); appends their K/V, writes their outputs h2 to out
+ * (n, d) and, when logits is not NULL, the draft-vocabulary logits of the
+ * last row (n_vocab_draft).  Rows are batch-invariant like the target's.
+ * Fails on a full cache or a token out of range. */
+int sp_head_forward(const sp_head *h, sp_head_ws *w, sp_kv *kv, const float *g, const int32_t *tok, int n,
+                    float *out, float *logits, sp_err *err);
+
+/* Writing a head (head_write.c).  Float weights in sp_head's shapes
+ * (row-major, one row per output); the norms stay F32, the matrices are
+ * converted to `type`.  The file records the target's fingerprint and
+ * name, and carries the target's tokenizer as llama.cpp expects. */
+typedef struct sp_head_weights {
+    const float *fc;                 /* (d, 3 d_t) */
+    const float *attn_norm, *attn_norm_2, *ffn_norm, *out_norm;   /* (d) */
+    const float *wq, *wk, *wv;       /* (n_head * head_dim | n_head_kv * head_dim, 2d) */
+    const float *wo;                 /* (d, n_head * head_dim) */
+    const float *w_gate, *w_up;      /* (n_ff, d) */
+    const float *w_down;             /* (d, n_ff) */
+    const float *output;             /* (n_vocab_draft, d) */
+    const int32_t *d2t;              /* (n_vocab_draft) target ids, distinct */
+} sp_head_weights;
+
+typedef struct sp_head_write_opts {
+    uint32_t type;                   /* SP_F32, SP_F16 or SP_Q8_0 for the matrices */
+    float min_prob;                  /* specula.draft_min_prob */
+    const char *training;            /* specula.training: how it was made (NULL = none) */
+} sp_head_write_opts;
+
+int sp_head_write(const char *path, const sp_model *target, const sp_head_hparams *hp, const sp_head_weights *w,
+                  const sp_head_write_opts *o, sp_err *err);
 
 #endif /* SP_MODEL_H */

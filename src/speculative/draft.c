@@ -159,6 +159,15 @@ out:
     return d;
 }
 
+static sp_drafter *create_eagle(const sp_drafter_opts *o, sp_err *err) {
+    if (!o->draft_head || !o->target) {
+        sp_err_set(err, "method 'eagle' needs a draft head (--draft-head PATH) and the target model");
+        return NULL;
+    }
+    const sp_eagle_opts eo = { .n_ctx = o->dm.n_ctx, .min_prob = o->dm.min_prob > 0 ? o->dm.min_prob : -1 };
+    return sp_eagle_create(o->draft_head, o->target, &eo, o->pool, err);
+}
+
 static const struct {
     const char *name;
     sp_drafter *(*create)(const sp_drafter_opts *o, sp_err *err);
@@ -167,6 +176,7 @@ static const struct {
     { "suffix", create_suffix },
     { "draft", create_draft },
     { "self", create_self },
+    { "eagle", create_eagle },
 };
 #define N_DRAFTERS (sizeof drafters / sizeof *drafters)
 

@@ -231,8 +231,20 @@ sp_drafter *sp_self_create(const sp_model *target, const uint8_t *skip, const sp
 int sp_xvocab_continue(const sp_tokenizer *ttok, const int32_t *thist, int n_thist, const char *text,
                        size_t n_text, int max_n, int32_t *out, sp_err *err);
 
-/* Creates a drafter by name ("ngram", "suffix", "draft", "self", or a
- * combination "A,B" / "A+B") with parameters from the options below
+/* An EAGLE-3-style draft head (model/head.c) that reads the target's
+ * hidden states at three layers (SP_CAP_HIDDEN_TAPS) and drafts greedily
+ * from its reduced vocabulary, feeding its own hidden state forward, until
+ * its top probability falls below min_prob (see eagle.c).  The head file
+ * must have been trained for `target` (checked by fingerprint). */
+typedef struct sp_eagle_opts {
+    int n_ctx;                       /* the head's cache (0 = 4096; the target's context) */
+    float min_prob;                  /* < 0: the head file's specula.draft_min_prob */
+} sp_eagle_opts;
+sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_eagle_opts *o, sp_pool *pool,
+                            sp_err *err);
+
+/* Creates a drafter by name ("ngram", "suffix", "draft", "self", "eagle",
+ * or a combination "A,B" / "A+B") with parameters from the options below
  * (0 = default). */
 typedef struct sp_drafter_opts {
     int ngram_min, ngram_max;
@@ -245,6 +257,7 @@ typedef struct sp_drafter_opts {
     const char *self_layers;         /* "self": layers the draft keeps, e.g. "0-14,29" (any order,
                                       * sp_parse_index_list); NULL = default */
     sp_pool *pool;                   /* the engine's pool (borrowed) */
+    const char *draft_head;          /* "eagle": path of the head's GGUF */
     sp_draft_model_opts dm;
 } sp_drafter_opts;
 /* Several drafters, first proposal wins (see combine.c); takes ownership

@@ -26,7 +26,7 @@ static void test_lossless(void **state) {
         fx_prompt(f, fx_prompts[i], &p);
         const float temps[] = { 0.0f, 0.8f };
         for (int ti = 0; ti < 2; ti++) {
-            run_out plain, fixed, adapt;
+            run_out plain = { .n = 0 }, fixed = { .n = 0 }, adapt = { .n = 0 };
             gen(f, NULL, &p, temps[ti], 0, 40, &plain);
             sp_spec_stats s2 = gen(f, d, &p, temps[ti], 5, 40, &fixed);
             sp_spec_stats s3 = gen(f, d, &p, temps[ti], SP_DRAFT_ADAPTIVE, 40, &adapt);
@@ -56,7 +56,7 @@ static void test_repeat(void **state) {
         sp_drafter *d = sp_drafter_create("suffix", NULL, &err);
         sp_tokens p = { 0 };
         fx_prompt(f, fx_prompts[2], &p);
-        run_out plain, first, second;
+        run_out plain = { .n = 0 }, first = { .n = 0 }, second = { .n = 0 };
         gen(f, NULL, &p, temps[ti], 0, 64, &plain);
         sp_spec_stats s1 = gen(f, d, &p, temps[ti], 8, 64, &first);
         sp_spec_stats s2 = gen(f, d, &p, temps[ti], 8, 64, &second);

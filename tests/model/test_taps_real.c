@@ -133,7 +133,7 @@ static float *reference_taps(fixture *f, const sp_drafter *d, const int32_t *tok
 static void check(fixture *f, bool combined, float temp) {
     sp_tokens p = { 0 };
     fx_prompt(f, "List the days of the week, one per line, then list them again in the same order.", &p);
-    run_out plain, spec;
+    run_out plain = { .n = 0 }, spec = { .n = 0 };
     fx_gen(f, NULL, &p, temp, 0, 40, 512, &plain, NULL, NULL);
     rec_drafter r = { .oracle = plain.toks, .n_oracle = plain.n };
     r.data = malloc((size_t)MAXROWS * 2 * f->m->hp.n_embd * sizeof(float));

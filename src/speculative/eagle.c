@@ -1,0 +1,300 @@
+/* "eagle": an EAGLE-3-style draft head (model/head.c) that reads the
+ * target's own hidden states.
+ *
+ * Position bookkeeping.  At position p the head takes the pair (g_p, x_{p+1}):
+ * g_p fused from the target's taps at p, x_{p+1} the token after it.  The
+ * draft keeps two queues: fused rows whose next token has not arrived yet
+ * (feat, from prefill and from the verified rows each commit hands over),
+ * and tokens that arrived after the last processed position (toks, from
+ * the feed and from accepted drafts).  Pairs are run through the head in
+ * one batched pass when a proposal is asked for.  The last pair's output
+ * h and logits start the proposal; each further draft token runs one head
+ * row (h, the token just drafted) at the next position, so drafting feeds
+ * the head's own hidden state forward.  Those draft rows are dropped from
+ * the head's cache at commit: only verified rows ever stay in it.
+ *
+ * Drafting stops early when the head's top probability falls below
+ * min_prob, so the adaptive controller sees the head's real confidence;
+ * the target's verification decides every token, so the output is plain
+ * decoding's whatever the head says. */
+#include "speculative/speculative.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EAGLE_ROWS 64            /* head rows per batched pass */
+
+typedef struct eagle_drafter {
+    sp_head *head;               /* owned */
+    const sp_model *target;      /* borrowed */
+    sp_pool *pool;               /* borrowed */
+    int n_ctx;
+    float min_prob;
+} eagle_drafter;
+
+typedef struct eagle_draft {
+    const eagle_drafter *e;
+    const sp_head *h;
+    sp_kv *kv;                   /* the head's cache: verified rows, then a proposal's draft rows */
+    sp_head_ws *ws;
+    int n_true;                  /* cache entries from verified rows */
+    float *feat;                 /* (cap_feat, d) fused rows waiting for their next token */
+    int n_feat, cap_feat;
+    int feat_pos;                /* position of feat[0] */
+    int32_t *toks;               /* tokens after the last processed position */
+    int n_toks, cap_toks;
+    float *out;                  /* (EAGLE_ROWS, d) outputs of the last pass */
+    float *h_last;               /* (d) the output to feed forward */
+    float *logits;               /* (n_vocab_draft) */
+    bool have_logits;            /* logits/h_last belong to the latest processed position */
+    int32_t prop[SP_MAX_DRAFT];
+    int n_prop;
+} eagle_draft;
+
+/* ----------------------------------------------------------------------------
+ * Queues
+ * ------------------------------------------------------------------------- */
+
+static void feat_push(eagle_draft *g, const sp_taps *t) {
+    const int d = g->h->hp.n_embd;
+    assert(t->n_layers == SP_HEAD_TAPS && t->pos == g->feat_pos + g->n_feat);
+    SP_VEC_GROW(g->feat, g->cap_feat, (size_t)(g->n_feat + t->n_rows) * d);
+    for (int at = 0; at < t->n_rows; at += EAGLE_ROWS) {
+        const int n = t->n_rows - at < EAGLE_ROWS ? t->n_rows - at : EAGLE_ROWS;
+        sp_head_fuse(g->h, g->ws, t->data + (size_t)at * t->n_layers * t->dim, n,
+                     g->feat + (size_t)(g->n_feat + at) * d);
+    }
+    g->n_feat += t->n_rows;
+}
+
+static void toks_push(eagle_draft *g, const int32_t *t, int n) {
+    SP_VEC_GROW(g->toks, g->cap_toks, g->n_toks + n);
+    memcpy(g->toks + g->n_toks, t, (size_t)n * sizeof *t);
+    g->n_toks += n;
+}
+
+/* Runs every pair whose token has arrived through the head, appending to
+ * its cache; the last one's output and logits become the proposal's start. */
+static int run_ready(eagle_draft *g, sp_err *err) {
+    const int d = g->h->hp.n_embd;
+    const int ready = g->n_feat < g->n_toks ? g->n_feat : g->n_toks;
+    assert(g->kv->n == g->n_true && g->n_true == g->feat_pos);
+    for (int at = 0; at < ready; at += EAGLE_ROWS) {
+        const int n = ready - at < EAGLE_ROWS ? ready - at : EAGLE_ROWS;
+        const bool last = at + n == ready;
+        if (sp_head_forward(g->h, g->ws, g->kv, g->feat + (size_t)at * d, g->toks + at, n, g->out,
+                            last ? g->logits : NULL, err))
+            return -1;
+        if (last) memcpy(g->h_last, g->out + (size_t)(n - 1) * d, (size_t)d * sizeof(float));
+    }
+    if (!ready) return 0;
+    memmove(g->feat, g->feat + (size_t)ready * d, (size_t)(g->n_feat - ready) * d * sizeof(float));
+    memmove(g->toks, g->toks + ready, (size_t)(g->n_toks - ready) * sizeof *g->toks);
+    g->n_feat -= ready;
+    g->n_toks -= ready;
+    g->feat_pos += ready;
+    g->n_true = g->kv->n;
+    g->have_logits = true;
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------
+ * Drafting
+ * ------------------------------------------------------------------------- */
+
+/* The most likely draft token and its probability under the head. */
+static int32_t top_token(const eagle_draft *g, float *prob) {
+    const int V = g->h->hp.n_vocab_draft;
+    int best = 0;
+    for (int i = 1; i < V; i++) if (g->logits[i] > g->logits[best]) best = i;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)g->logits[i] - g->logits[best]);
+    *prob = (float)(1.0 / sum);
+    return g->h->d2t[best];
+}
+
+static int draft(eagle_draft *g, int max_n, sp_err *err) {
+    const int d = g->h->hp.n_embd;
+    g->n_prop = 0;
+    while (g->n_prop < max_n) {
+        float p;
+        const int32_t t = top_token(g, &p);
+        if (p < g->e->min_prob) break;
+        g->prop[g->n_prop++] = t;
+        if (g->n_prop == max_n || g->kv->n >= g->kv->n_ctx) break;
+        /* the next row: the head's own output stands in for the target's
+         * features at the position of the token just drafted */
+        float *next = g->out;
+        memcpy(next, g->h_last, (size_t)d * sizeof(float));
+        if (sp_head_forward(g->h, g->ws, g->kv, next, &t, 1, g->h_last, g->logits, err)) return -1;
+    }
+    g->have_logits = false;          /* the logits now belong to a draft position */
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------
+ * Seam operations
+ * ------------------------------------------------------------------------- */
+
+static sp_draft *eg_open(sp_drafter *d, const sp_target *t, sp_err *err) {
+    eagle_drafter *e = d->impl;
+    if (t->model != e->target) {
+        sp_err_set(err, "drafter '%s' was loaded for %s, not for %s", d->name, e->target->name, t->model->name);
+        return NULL;
+    }
+    eagle_draft *g = sp_xcalloc(1, sizeof *g);
+    g->e = e;
+    g->h = e->head;
+    g->kv = sp_head_kv_create(e->head, e->n_ctx);
+    g->ws = sp_head_ws_create(e->head, EAGLE_ROWS, e->n_ctx, e->pool);
+    const size_t dd = (size_t)e->head->hp.n_embd;
+    g->out = sp_xmalloc((size_t)EAGLE_ROWS * dd * sizeof(float));
+    g->h_last = sp_xmalloc(dd * sizeof(float));
+    g->logits = sp_xmalloc((size_t)e->head->hp.n_vocab_draft * sizeof(float));
+    sp_draft *s = sp_xcalloc(1, sizeof *s);
+    s->drafter = d;
+    s->impl = g;
+    return s;
+}
+
+static int eg_prefill(sp_draft *s, const int32_t *prompt, int n, const sp_taps *taps, sp_err *err) {
+    eagle_draft *g = s->impl;
+    if (!taps || taps->n_rows != n || taps->pos != 0)
+        return sp_err_set(err, "drafter '%s' needs the prompt's hidden states from position 0", s->drafter->name);
+    sp_kv_trim(g->kv, 0);
+    g->n_true = g->n_feat = g->n_toks = g->feat_pos = 0;
+    g->have_logits = false;
+    feat_push(g, taps);
+    toks_push(g, prompt + 1, n - 1);     /* x_{p+1} for p = 0 .. n-2 */
+    return 0;
+}
+
+static int eg_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out, sp_err *err) {
+    eagle_draft *g = s->impl;
+    toks_push(g, feed, n_feed);
+    *out = (sp_proposal){ 0 };
+    /* pairs wait (one batched pass later is cheaper) unless a proposal is
+     * asked for or the queue grows long */
+    if (max_n <= 0 && g->n_toks < EAGLE_ROWS) return 0;
+    if (run_ready(g, err)) return -1;
+    if (max_n <= 0 || !g->have_logits || g->n_feat != 0) return 0;
+    if (draft(g, max_n > SP_MAX_DRAFT ? SP_MAX_DRAFT : max_n, err)) return -1;
+    *out = (sp_proposal){ .n = g->n_prop, .tokens = g->prop };
+    return 0;
+}
+
+/* Drops the proposal's draft rows from the head's cache; the verified rows
+ * queue for the next pass with the accepted drafts as their next tokens. */
+static void eg_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path, const sp_taps *v) {
+    eagle_draft *g = s->impl;
+    (void)path;                      /* chains only */
+    sp_kv_trim(g->kv, g->n_true);
+    if (n_drafted > 0) {
+        assert(n_drafted == g->n_prop && n_accepted <= n_drafted);
+        toks_push(g, g->prop, n_accepted);
+        g->n_prop = 0;
+    }
+    if (v) feat_push(g, v);
+}
+
+/* State: the verified part of the head cache and both queues. */
+static int eg_checkpoint(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err) {
+    eagle_draft *g = s->impl;
+    (void)err;
+    const int d = g->h->hp.n_embd;
+    const size_t kvb = (size_t)g->n_true * (size_t)g->kv->kv_dim * sizeof(sp_f16);
+    const int32_t hdr[4] = { g->n_true, g->n_feat, g->feat_pos, g->n_toks };
+    const size_t n = sp_ckpt_header(s->drafter, NULL, 0) + sizeof hdr + 2 * kvb +
+                     (size_t)g->n_feat * d * sizeof(float) + (size_t)g->n_toks * sizeof(int32_t);
+    uint8_t *b = sp_xmalloc(n), *p = b + sp_ckpt_header(s->drafter, b, n);
+    memcpy(p, hdr, sizeof hdr); p += sizeof hdr;
+    memcpy(p, g->kv->k, kvb); p += kvb;
+    memcpy(p, g->kv->v, kvb); p += kvb;
+    memcpy(p, g->feat, (size_t)g->n_feat * d * sizeof(float)); p += (size_t)g->n_feat * d * sizeof(float);
+    memcpy(p, g->toks, (size_t)g->n_toks * sizeof(int32_t));
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+static int eg_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *err) {
+    eagle_draft *g = s->impl;
+    const long off = sp_ckpt_check(s->drafter, buf, len, err);
+    if (off < 0) return -1;
+    int32_t hdr[4];
+    if (len - (size_t)off < sizeof hdr) return sp_err_set(err, "eagle checkpoint: truncated");
+    memcpy(hdr, buf + off, sizeof hdr);
+    const int d = g->h->hp.n_embd;
+    const size_t kvd = (size_t)g->kv->kv_dim;
+    if (hdr[0] < 0 || hdr[0] > g->kv->n_ctx || hdr[1] < 0 || hdr[1] > (1 << 20) || hdr[2] != hdr[0] ||
+        hdr[3] < 0 || hdr[3] > (1 << 20))
+        return sp_err_set(err, "eagle checkpoint: bad header");
+    const size_t kvb = (size_t)hdr[0] * kvd * sizeof(sp_f16);
+    const size_t need = sizeof hdr + 2 * kvb + (size_t)hdr[1] * d * sizeof(float) + (size_t)hdr[3] * sizeof(int32_t);
+    if (len - (size_t)off != need) return sp_err_set(err, "eagle checkpoint: %zu bytes, expected %zu", len - (size_t)off, need);
+    const uint8_t *p = buf + off + sizeof hdr;
+    memcpy(g->kv->k, p, kvb); p += kvb;
+    memcpy(g->kv->v, p, kvb); p += kvb;
+    g->kv->n = g->n_true = hdr[0];
+    g->feat_pos = hdr[2];
+    g->n_feat = g->n_toks = 0;
+    SP_VEC_GROW(g->feat, g->cap_feat, (size_t)hdr[1] * d);
+    memcpy(g->feat, p, (size_t)hdr[1] * d * sizeof(float)); p += (size_t)hdr[1] * d * sizeof(float);
+    g->n_feat = hdr[1];
+    toks_push(g, (const int32_t *)(const void *)p, hdr[3]);
+    g->have_logits = false;
+    return 0;
+}
+
+static void eg_close(sp_draft *s) {
+    eagle_draft *g = s->impl;
+    sp_kv_free(g->kv);
+    sp_head_ws_free(g->ws);
+    free(g->feat);
+    free(g->toks);
+    free(g->out);
+    free(g->h_last);
+    free(g->logits);
+    free(g);
+    free(s);
+}
+
+static void eg_free(sp_drafter *d) {
+    eagle_drafter *e = d->impl;
+    sp_head_free(e->head);
+    free(e);
+    free(d);
+}
+
+static const sp_drafter_ops eagle_ops = {
+    .open = eg_open, .prefill = eg_prefill, .propose = eg_propose, .commit = eg_commit,
+    .checkpoint = eg_checkpoint, .restore = eg_restore, .close = eg_close, .free = eg_free,
+};
+
+sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_eagle_opts *o, sp_pool *pool,
+                            sp_err *err) {
+    sp_head *h = sp_head_load(path, target, err);
+    if (!h) return NULL;
+    eagle_drafter *e = sp_xcalloc(1, sizeof *e);
+    e->head = h;
+    e->target = target;
+    e->pool = pool;
+    e->n_ctx = o && o->n_ctx > 0 ? o->n_ctx : 4096;
+    e->min_prob = o && o->min_prob >= 0 ? o->min_prob : h->min_prob;
+    sp_drafter *d = sp_xcalloc(1, sizeof *d);
+    d->ops = &eagle_ops;
+    d->impl = e;
+    snprintf(d->name, sizeof d->name, "eagle");
+    char fp[17];
+    sp_model_fingerprint_gguf(h->gguf, fp);
+    snprintf(d->ns, sizeof d->ns, "eagle-v1:%s:%s:%.3f", fp, target->fingerprint, (double)e->min_prob);
+    d->needs = SP_CAP_HIDDEN_TAPS;
+    d->n_taps = SP_HEAD_TAPS;
+    memcpy(d->tap_layers, h->hp.target_layers, sizeof h->hp.target_layers);
+    d->cheap = false;
+    d->default_draft_max = 6;
+    return d;
+}

@@ -1,0 +1,253 @@
+/* The EAGLE-3 head drafter ("eagle") on the real models, with heads written
+ * here by sp_head_write (untrained: these tests check the machinery, not
+ * the quality):
+ *   - an "identity" head (fc picks the target's final hidden state,
+ *     attention and feed-forward outputs zero, the target's own LM head
+ *     rows): it drafts the target's next-token guess, which a repetitive
+ *     text accepts, so accepted and rejected rounds both happen;
+ *   - a random head;
+ * output always equals plain decoding (T = 0 and seeded T = 0.8, chains
+ * of fixed and adaptive length, in combination with suffix); checkpoints
+ * restore exactly; bad head files are refused with a clear message. */
+#include "spec_fixture.h"
+
+#include <unistd.h>
+
+#define NDRAFT 8192                  /* draft vocabulary: the first NDRAFT target ids */
+
+typedef struct head_buf {
+    sp_head_hparams hp;
+    float *fc, *an, *an2, *fn, *on, *wq, *wk, *wv, *wo, *gate, *up, *down, *out;
+    int32_t *d2t;
+} head_buf;
+
+static float *randv(sp_rng *r, size_t n, float scale) {
+    float *v = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) v[i] = (float)(sp_rng_next_f64(r) * 2 - 1) * scale;
+    return v;
+}
+
+static float *constv(size_t n, float c) {
+    float *v = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) v[i] = c;
+    return v;
+}
+
+/* identity: the head's output is g = the target's final hidden state, its
+ * logits the target's own over the draft vocabulary. */
+static void make_head(const sp_model *m, bool identity, head_buf *b) {
+    sp_rng r = { 99 };
+    const int d = m->hp.n_embd, L = m->hp.n_layer, nh = 4, hd = d / nh, ff = 2 * d;
+    b->hp = (sp_head_hparams){ .n_embd = d, .n_embd_target = d, .n_head = nh, .n_head_kv = 2, .head_dim = hd,
+                               .n_ff = ff, .n_vocab_draft = NDRAFT, .n_ctx_train = 2048, .rms_eps = 1e-5f,
+                               .rope_base = 10000.0f, .target_layers = { 2, L / 2, identity ? L : L - 3 } };
+    const size_t q = (size_t)nh * hd, kv = (size_t)2 * hd;
+    b->fc = randv(&r, (size_t)d * 3 * d, identity ? 0 : 0.02f);
+    if (identity)
+        for (int i = 0; i < d; i++) b->fc[(size_t)i * 3 * d + 2 * d + i] = 1.0f;
+    b->an = constv((size_t)d, 1);
+    b->an2 = constv((size_t)d, 1);
+    b->fn = constv((size_t)d, 1);
+    b->wq = randv(&r, q * 2 * d, 0.05f);
+    b->wk = randv(&r, kv * 2 * d, 0.05f);
+    b->wv = randv(&r, kv * 2 * d, 0.05f);
+    b->wo = randv(&r, (size_t)d * q, identity ? 0 : 0.05f);
+    b->gate = randv(&r, (size_t)ff * d, 0.05f);
+    b->up = randv(&r, (size_t)ff * d, 0.05f);
+    b->down = randv(&r, (size_t)d * ff, identity ? 0 : 0.05f);
+    b->on = malloc((size_t)d * sizeof(float));
+    memcpy(b->on, m->out_norm, (size_t)d * sizeof(float));
+    b->out = malloc((size_t)NDRAFT * d * sizeof(float));
+    b->d2t = malloc(NDRAFT * sizeof(int32_t));
+    for (int i = 0; i < NDRAFT; i++) {
+        b->d2t[i] = i;
+        if (identity) sp_matrix_get_row(&m->output, i, b->out + (size_t)i * d);
+        else for (int j = 0; j < d; j++) b->out[(size_t)i * d + j] = (float)(sp_rng_next_f64(&r) * 2 - 1) * 0.1f;
+    }
+}
+
+static void free_head(head_buf *b) {
+    float *fs[] = { b->fc, b->an, b->an2, b->fn, b->on, b->wq, b->wk, b->wv, b->wo, b->gate, b->up, b->down, b->out };
+    for (size_t i = 0; i < sizeof fs / sizeof *fs; i++) free(fs[i]);
+    free(b->d2t);
+}
+
+static int write_head(const sp_model *m, const head_buf *b, const char *path, uint32_t type, sp_err *err) {
+    const sp_head_weights w = { .fc = b->fc, .attn_norm = b->an, .attn_norm_2 = b->an2, .ffn_norm = b->fn,
+                                .out_norm = b->on, .wq = b->wq, .wk = b->wk, .wv = b->wv, .wo = b->wo,
+                                .w_gate = b->gate, .w_up = b->up, .w_down = b->down, .output = b->out,
+                                .d2t = b->d2t };
+    const sp_head_write_opts o = { .type = type, .min_prob = 0.05f, .training = "test" };
+    return sp_head_write(path, m, &b->hp, &w, &o, err);
+}
+
+static void tmp_path(char *buf, size_t cap, const char *tag) {
+    snprintf(buf, cap, "/tmp/specula-test-head-%d-%s.gguf", (int)getpid(), tag);
+}
+
+static sp_drafter *eagle_for(fixture *f, bool identity, uint32_t type) {
+    char path[256];
+    tmp_path(path, sizeof path, identity ? "id" : "rand");
+    head_buf b;
+    make_head(f->m, identity, &b);
+    sp_err err;
+    if (write_head(f->m, &b, path, type, &err)) fail_msg("write: %s", err.msg);
+    free_head(&b);
+    const sp_eagle_opts o = { .n_ctx = 1024, .min_prob = -1 };
+    sp_drafter *d = sp_eagle_create(path, f->m, &o, f->pool, &err);
+    if (!d) fail_msg("load: %s", err.msg);
+    unlink(path);
+    return d;
+}
+
+/* Raw text (no chat template) the models continue by repeating its
+ * token, which the identity head drafts. */
+static const char *REPEAT = "dog dog dog dog dog dog dog dog dog dog dog dog dog dog dog dog";
+
+/* The prompt's tokens: REPEAT as raw text, others in the chat template. */
+static void prompt_of(fixture *f, const char *prompt, sp_tokens *p) {
+    sp_err err;
+    if (prompt != REPEAT) { fx_prompt(f, prompt, p); return; }
+    assert_int_equal(sp_tokenize(f->tok, prompt, strlen(prompt), sp_tokenizer_add_bos(f->tok), false, p, &err), 0);
+}
+
+/* Plain and eagle give the same tokens; returns the eagle run's stats. */
+static sp_spec_stats same_as_plain(fixture *f, sp_drafter *d, const char *prompt, float temp, int draft_max) {
+    sp_tokens p = { 0 };
+    prompt_of(f, prompt, &p);
+    run_out plain = { .n = 0 }, spec = { .n = 0 };
+    fx_gen(f, NULL, &p, temp, 0, 48, 1024, &plain, NULL, NULL);
+    const sp_spec_stats st = fx_gen(f, d, &p, temp, draft_max, 48, 1024, &spec, NULL, NULL);
+    fx_assert_same(&plain, &spec, d->name);
+    sp_tokens_free(&p);
+    return st;
+}
+
+static void test_identity_head(void **state) {
+    fixture *f = *state;
+    sp_drafter *d = eagle_for(f, true, SP_Q8_0);
+    assert_string_equal(d->name, "eagle");
+    const sp_spec_stats st = same_as_plain(f, d, REPEAT, 0.0f, 4);
+    if (!(st.accepted > 0)) fail_msg("identity head: drafted %lld, accepted none", (long long)st.drafted);
+    sp_spec_stats all = st;
+    const sp_spec_stats more[] = { same_as_plain(f, d, REPEAT, 0.8f, 4),
+                                   same_as_plain(f, d, fx_prompts[0], 0.0f, SP_DRAFT_ADAPTIVE),
+                                   same_as_plain(f, d, fx_prompts[1], 0.8f, 6) };
+    for (int i = 0; i < 3; i++) sp_stats_add(&all, &more[i]);
+    if (!(all.accepted < all.drafted)) fail_msg("identity head: no draft was ever rejected");
+    sp_drafter_free(d);
+}
+
+static void test_random_head(void **state) {
+    fixture *f = *state;
+    sp_drafter *d = eagle_for(f, false, SP_Q8_0);
+    same_as_plain(f, d, REPEAT, 0.0f, 5);
+    same_as_plain(f, d, fx_prompts[2], 0.8f, 3);
+    sp_drafter_free(d);
+}
+
+static void test_with_suffix(void **state) {
+    fixture *f = *state;
+    sp_err err;
+    sp_drafter *subs[2] = { sp_drafter_create("suffix", NULL, &err), eagle_for(f, true, SP_Q8_0) };
+    sp_drafter *d = sp_combine_create(subs, 2, &err);
+    assert_non_null(d);
+    same_as_plain(f, d, fx_prompts[0], 0.0f, 4);
+    same_as_plain(f, d, REPEAT, 0.8f, SP_DRAFT_ADAPTIVE);
+    sp_drafter_free(d);
+}
+
+/* A restored draft proposes what the original proposes. */
+static void test_checkpoint(void **state) {
+    fixture *f = *state;
+    sp_drafter *d = eagle_for(f, true, SP_Q8_0);
+    sp_err err;
+    sp_tokens p = { 0 };
+    prompt_of(f, REPEAT, &p);
+    const int dim = f->m->hp.n_embd;
+    float *taps = calloc((size_t)p.n * 3 * dim, sizeof(float));
+    sp_kv *kv = sp_kv_create(f->m, 1024);
+    sp_fwd_seq q = { .kv = kv, .tokens = p.ids, .n = p.n, .tap_layers = d->tap_layers, .n_taps = 3, .taps = taps };
+    for (int at = 0; at < p.n; at += 64) {    /* the fixture's workspace: 64 rows a pass */
+        q.tokens = p.ids + at;
+        q.n = p.n - at < 64 ? p.n - at : 64;
+        q.taps = taps + (size_t)at * 3 * dim;
+        assert_int_equal(sp_model_forward_batch(f->m, f->ws, &q, 1, &err), 0);
+    }
+    sp_target t = sp_target_of(f->m);
+    sp_draft *a = sp_draft_open(d, &t, &err), *b = sp_draft_open(d, &t, &err);
+    const sp_taps pt = { .n_rows = p.n, .n_layers = 3, .dim = dim, .pos = 0, .data = taps };
+    assert_int_equal(d->ops->prefill(a, p.ids, p.n, &pt, &err), 0);
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(sp_draft_checkpoint(a, &buf, &len, &err), 0);
+    assert_int_equal(sp_draft_restore(b, buf, len, &err), 0);
+    const int32_t feed = 1234;
+    sp_proposal pa, pb;
+    assert_int_equal(sp_draft_propose(a, &feed, 1, 4, &pa, &err), 0);
+    assert_int_equal(sp_draft_propose(b, &feed, 1, 4, &pb, &err), 0);
+    assert_int_equal(pa.n, pb.n);
+    assert_memory_equal(pa.tokens, pb.tokens, (size_t)pa.n * sizeof(int32_t));
+    /* truncated and foreign checkpoints are refused */
+    assert_int_equal(sp_draft_restore(b, buf, len - 1, &err), -1);
+    buf[0] ^= 1;
+    assert_int_equal(sp_draft_restore(b, buf, len, &err), -1);
+    free(buf);
+    sp_draft_close(a);
+    sp_draft_close(b);
+    sp_kv_free(kv);
+    free(taps);
+    sp_tokens_free(&p);
+    sp_drafter_free(d);
+}
+
+/* Heads for another target, or broken, are refused with a clear message. */
+static void test_bad_heads(void **state) {
+    fixture *f = *state;
+    char path[256];
+    tmp_path(path, sizeof path, "bad");
+    head_buf b;
+    make_head(f->m, false, &b);
+    sp_err err;
+    const sp_eagle_opts o = { .n_ctx = 256, .min_prob = -1 };
+    /* trained for another model (same shape, other weights) */
+    sp_model other = *f->m;
+    snprintf(other.fingerprint, sizeof other.fingerprint, "%s", "0123456789abcdef");
+    snprintf(other.name, sizeof other.name, "%s", "some-other-model");
+    assert_int_equal(write_head(&other, &b, path, SP_F16, &err), 0);
+    assert_null(sp_eagle_create(path, f->m, &o, f->pool, &err));
+    assert_non_null(strstr(err.msg, "some-other-model"));
+    assert_non_null(strstr(err.msg, f->m->fingerprint));
+    /* a draft vocabulary with a repeated target id */
+    b.d2t[7] = b.d2t[6];
+    assert_int_equal(write_head(f->m, &b, path, SP_F16, &err), 0);
+    assert_null(sp_eagle_create(path, f->m, &o, f->pool, &err));
+    assert_non_null(strstr(err.msg, "d2t"));
+    b.d2t[7] = 7;
+    /* a tap layer past the target's */
+    b.hp.target_layers[2] = f->m->hp.n_layer + 1;
+    assert_int_equal(write_head(f->m, &b, path, SP_F16, &err), 0);
+    assert_null(sp_eagle_create(path, f->m, &o, f->pool, &err));
+    assert_non_null(strstr(err.msg, "layer"));
+    /* not a head at all: the target itself */
+    assert_null(sp_eagle_create(f->m->path, f->m, &o, f->pool, &err));
+    assert_non_null(strstr(err.msg, "eagle3"));
+    /* a truncated file */
+    b.hp.target_layers[2] = f->m->hp.n_layer - 3;
+    assert_int_equal(write_head(f->m, &b, path, SP_F16, &err), 0);
+    assert_int_equal(truncate(path, 4096), 0);
+    assert_null(sp_eagle_create(path, f->m, &o, f->pool, &err));
+    unlink(path);
+    free_head(&b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_identity_head), cmocka_unit_test(test_random_head),
+        cmocka_unit_test(test_with_suffix),   cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_bad_heads),
+    };
+    int rc = cmocka_run_group_tests_name("smollm2", tests, fx_setup_smol, fx_teardown);
+    rc |= cmocka_run_group_tests_name("gemma3", tests, fx_setup_gemma, fx_teardown);
+    return rc;
+}
