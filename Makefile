@@ -98,6 +98,13 @@ $(O)/%.o: %.S
 	$(CC) $(CFLAGS_ALL) -c -o $@ $<
 $(O)/src/serve/page.o: src/serve/page.html
 
+# GFLOP/s of the training linear layer (bench/bench_train.c)
+.PHONY: bench-train
+bench-train: $(O)/bench_train
+$(O)/bench_train: bench/bench_train.c $(O)/libspecula.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(O)/libspecula.a $(LIBS)
+
 # The suite: models fetched (idempotent), release build + model tests,
 # sanitizer build + unit tests, fuzzer; ends with "N passed, N failed".
 test:
