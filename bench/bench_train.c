@@ -1,6 +1,7 @@
 /*
  * GFLOP/s of the training linear layer (forward, backward dx, backward dW)
- * at the draft head's shapes, per thread count and GEMM kernel.
+ * at the draft head's shapes, per thread count and GEMM kernel, and the
+ * time of attention and of the loss.
  *   make bench-train && build/release/bench_train [threads...]
  * SPECULA_SIMD=scalar|avx2|avx512 picks the level.
  */
@@ -36,6 +37,40 @@ static float *rnd(size_t n, uint64_t seed) {
     return p;
 }
 
+/* Milliseconds of the other costly ops at the draft head's sizes: causal
+ * attention of T rows (9 heads, 3 kv heads, 64 dims), the loss over 8192
+ * logits of 512 rows. */
+typedef struct { sp_pool *pool; int which; float *q, *k, *v, *o, *att, *dq, *dk, *dv, *lg, *dl, *p;
+                 int32_t *koff, *kidx, *ids; sp_tr_attn_shape sh; } opjob;
+
+static void run_op(void *p) {
+    opjob *j = p;
+    if (j->which == 0) sp_tr_attn_fwd(j->pool, j->o, j->att, j->q, j->k, j->v, &j->sh);
+    if (j->which == 1) sp_tr_attn_bwd(j->pool, j->dq, j->dk, j->dv, j->o, j->att, j->q, j->k, j->v, &j->sh);
+    if (j->which == 2) sp_tr_softce(j->pool, j->dl, j->lg, 512, 8192, j->ids, j->p, 64, NULL, 0, NULL);
+}
+
+static void bench_ops(sp_pool *pool, int nt) {
+    enum { T = 512, H = 9, KV = 3, HD = 64, V = 8192, K = 64 };
+    opjob j = { .pool = pool };
+    j.koff = malloc(sizeof(int32_t) * (T + 1));
+    j.kidx = malloc(sizeof(int32_t) * T * (T + 1) / 2);
+    sp_tr_attn_causal(j.koff, j.kidx, T, 0);
+    j.sh = (sp_tr_attn_shape){ T, T, H, KV, HD, j.koff, j.kidx };
+    j.q = rnd(T * H * HD, 1); j.k = rnd(T * KV * HD, 2); j.v = rnd(T * KV * HD, 3); j.o = rnd(T * H * HD, 4);
+    j.att = rnd((size_t)H * j.koff[T], 5); j.dq = rnd(T * H * HD, 6); j.dk = rnd(T * KV * HD, 7);
+    j.dv = rnd(T * KV * HD, 8); j.lg = rnd((size_t)T * V, 9); j.dl = rnd((size_t)T * V, 10); j.p = rnd(T * K, 11);
+    j.ids = malloc(sizeof(int32_t) * T * K);
+    for (int i = 0; i < T * K; i++) j.ids[i] = (i * 131) % V;
+    static const char *names[] = { "attn fwd", "attn bwd", "softce" };
+    printf("threads %d  ms:", nt);
+    for (j.which = 0; j.which < 3; j.which++) printf("  %s %.1f", names[j.which], best_of(3, run_op, &j) * 1e3);
+    printf("   (attention T=%d causal, %d heads, %d kv, hd %d; softce %d x %d, k %d)\n", T, H, KV, HD, T, V, K);
+    free(j.koff); free(j.kidx); free(j.ids);
+    float *bufs[] = { j.q, j.k, j.v, j.o, j.att, j.dq, j.dk, j.dv, j.lg, j.dl, j.p };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) sp_free_aligned(bufs[i]);
+}
+
 int main(int argc, char **argv) {
     sp_base_init();
     static const int shapes[][3] = { { 512, 1152, 576 }, { 512, 576, 8192 }, { 512, 576, 1536 } };
@@ -57,6 +92,7 @@ int main(int argc, char **argv) {
             sp_free_aligned(j.x); sp_free_aligned(j.w); sp_free_aligned(j.y);
             sp_free_aligned(j.dy); sp_free_aligned(j.dx); sp_free_aligned(j.dw);
         }
+        bench_ops(pool, nt);
         sp_pool_free(pool);
     }
     return 0;

@@ -1,6 +1,7 @@
 /*
- * train/internal.h — private to the train layer: the GEMM micro-kernels
- * and the target pragmas of the SIMD ones.
+ * train/internal.h — private to the train layer: the GEMM micro-kernels,
+ * the vector operations of attention and the target pragmas of the SIMD
+ * code (simd.c).
  *
  * A micro-kernel adds to one MR x NR tile of C the product of a packed
  * A panel (kc x MR, ap[k*MR + i]) and a packed B panel (kc x NR,
@@ -34,9 +35,17 @@ typedef struct sp_tr_gemm_kern {
     sp_tr_ukernel uk;
 } sp_tr_gemm_kern;
 
+/* The vector operations of attention, per SIMD level. */
+typedef struct sp_tr_vec_ops {
+    float (*dot)(const float *a, const float *b, int n);
+    void (*axpy)(float *y, float a, const float *x, int n);     /* y += a x */
+} sp_tr_vec_ops;
+
 #if defined(__x86_64__)
 extern const sp_tr_gemm_kern sp_tr_kern_avx2;    /* 6 x 16, AVX2 + FMA */
 extern const sp_tr_gemm_kern sp_tr_kern_avx512;  /* 8 x 32, AVX-512F */
+extern const sp_tr_vec_ops sp_tr_vec_avx2;
+extern const sp_tr_vec_ops sp_tr_vec_avx512;
 #endif
 
 #endif /* SP_TRAIN_INTERNAL_H */

@@ -34,15 +34,17 @@ static void sp_tr_ce_row(const sp_tr_ce_job *jb, int t) {
     }
     jb->row_loss[t] = 0.0;
     jb->row_hit[t] = -1;
-    memset(dl, 0, sizeof(float) * (size_t)V);
-    if (w == 0.0f || !(psum > 0.0)) return;
+    if (w == 0.0f || !(psum > 0.0)) { memset(dl, 0, sizeof(float) * (size_t)V); return; }
     int amax = 0;
     for (int j = 1; j < V; j++) amax = l[j] > l[amax] ? j : amax;
+    /* one expf per logit, kept in dl, summed in double */
+    const float mx = l[amax];
     double se = 0.0;
-    for (int j = 0; j < V; j++) se += exp((double)(l[j] - l[amax]));
-    const double z = l[amax] + log(se), c = w / jb->denom;
+    for (int j = 0; j < V; j++) se += dl[j] = expf(l[j] - mx);
+    const double z = mx + log(se), c = w / jb->denom;
+    const float sc = (float)(c / se);
     double ce = 0.0;
-    for (int j = 0; j < V; j++) dl[j] = (float)(c * exp(l[j] - z));
+    for (int j = 0; j < V; j++) dl[j] *= sc;
     for (int i = 0; i < k; i++) {
         if (id[i] < 0 || id[i] >= V) continue;
         const double pi = p[i] / psum;

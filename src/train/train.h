@@ -92,7 +92,9 @@ typedef struct sp_tr_attn_shape {
 
 void sp_tr_attn_fwd(sp_pool *pool, float *out, float *att, const float *q, const float *k,
                     const float *v, const sp_tr_attn_shape *s);
-/* dq += ..., dk += ..., dv += ...  (threads split by kv head) */
+/* dq += ..., dk += ..., dv += ...  dq is the same for any thread count; dk
+ * and dv are summed per thread and added in thread order (fixed for a
+ * given thread count, within rounding across counts). */
 void sp_tr_attn_bwd(sp_pool *pool, float *dq, float *dk, float *dv, const float *dout,
                     const float *att, const float *q, const float *k, const float *v,
                     const sp_tr_attn_shape *s);

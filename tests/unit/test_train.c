@@ -265,7 +265,7 @@ static void test_swiglu_add(void **state) {
 
 /* ---- attention ---------------------------------------------------------- */
 
-enum { AT = 4, AS = 8, AH = 4, AKV = 2, AHD = 5 };
+enum { AT = 4, AS = 8, AH = 4, AKV = 2, AHD = 21 };  /* 21: vector body and tail */
 
 /* Masked attention in double: row t attends the key rows s with mask[t][s]. */
 typedef struct { bool mask[AT][AS]; double *q, *k, *v, *r; } att_ctx;
@@ -296,9 +296,8 @@ static double att_loss(void *p) {
 
 /* Training-time-test shape: key rows 0..3 are step 0, 4..7 step 1; the
  * step-1 query row t attends step 0's rows 0..t and its own row 4+t.  The
- * lists go in descending order (any order is allowed). */
-static void test_attention_grad(void **state) {
-    (void)state;
+ * lists go in descending order (any order is allowed).  At every SIMD level. */
+static void attention_grad_at_level(void) {
     att_ctx c = { 0 };
     int32_t koff[AT + 1], kidx[AT * AS], nk = 0;
     for (int t = 0; t < AT; t++) {
@@ -334,8 +333,18 @@ static void test_attention_grad(void **state) {
     free(c.q); free(c.k); free(c.v); free(c.r);
 }
 
+static void test_attention_grad(void **state) {
+    (void)state;
+    const sp_simd saved = sp_kernels_simd();
+    for (int lv = SP_SIMD_SCALAR; lv <= SP_SIMD_AVX512; lv++)
+        if (sp_kernels_set_simd((sp_simd)lv) == 0) attention_grad_at_level();
+    sp_kernels_set_simd(saved);
+}
+
 /* T rows with `past` cached rows before them == the last T rows of causal
- * attention over the whole sequence; 1 and 2 threads bit-identical. */
+ * attention over the whole sequence; 1 and 2 threads give the same output
+ * and dq bit for bit, dk and dv within rounding (summed per thread), and
+ * 2 threads twice the same bits. */
 static void test_attention_cache_threads(void **state) {
     (void)state;
     enum { P = 5, T = 6, S = P + T, H = 4, KV = 2, HD = 8 };
@@ -355,15 +364,19 @@ static void test_attention_cache_threads(void **state) {
     float *o3 = falloc(T * qd), *a3 = falloc(H * koff[T]);
     sp_tr_attn_fwd(p2, o3, a3, qf + P * qd, k, v, &sh);
     assert_memory_equal(o1, o3, sizeof(float) * T * qd);
-    float *g[2][3];
-    for (int th = 0; th < 2; th++) {
-        g[th][0] = falloc(T * qd); g[th][1] = falloc(S * kd); g[th][2] = falloc(S * kd);
-        sp_tr_attn_bwd(th ? p2 : NULL, g[th][0], g[th][1], g[th][2], dout, a1, qf + P * qd, k, v, &sh);
+    float *g[3][3];
+    for (int run = 0; run < 3; run++) {
+        g[run][0] = falloc(T * qd); g[run][1] = falloc(S * kd); g[run][2] = falloc(S * kd);
+        sp_tr_attn_bwd(run ? p2 : NULL, g[run][0], g[run][1], g[run][2], dout, a1, qf + P * qd, k, v, &sh);
     }
     assert_memory_equal(g[0][0], g[1][0], sizeof(float) * T * qd);
-    assert_memory_equal(g[0][1], g[1][1], sizeof(float) * S * kd);
-    assert_memory_equal(g[0][2], g[1][2], sizeof(float) * S * kd);
-    for (int th = 0; th < 2; th++) for (int i = 0; i < 3; i++) free(g[th][i]);
+    for (int i = 0; i < 3; i++) assert_memory_equal(g[1][i], g[2][i], sizeof(float) * (i ? S * kd : T * qd));
+    for (int i = 1; i < 3; i++) {
+        double *want = to_d(g[0][i], S * kd);
+        expect_close(i == 1 ? "dk 2 threads" : "dv 2 threads", g[1][i], want, S * kd, 1e-6, 1e-5);
+        free(want);
+    }
+    for (int run = 0; run < 3; run++) for (int i = 0; i < 3; i++) free(g[run][i]);
     sp_pool_free(p2);
     free(qf); free(k); free(v); free(dout); free(o1); free(o2); free(o3); free(a1); free(a2); free(a3);
 }
