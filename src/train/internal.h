@@ -43,7 +43,7 @@ typedef struct sp_tr_vec_ops {
 
 #if defined(__x86_64__)
 extern const sp_tr_gemm_kern sp_tr_kern_avx2;    /* 6 x 16, AVX2 + FMA */
-extern const sp_tr_gemm_kern sp_tr_kern_avx512;  /* 8 x 32, AVX-512F */
+extern const sp_tr_gemm_kern sp_tr_kern_avx512;  /* 12 x 32, AVX-512F */
 extern const sp_tr_vec_ops sp_tr_vec_avx2;
 extern const sp_tr_vec_ops sp_tr_vec_avx512;
 #endif

@@ -4,7 +4,7 @@
  *
  * GEMM.  The tile
  * sizes keep every accumulator in a register: AVX2 6 rows x 2 vectors of 8
- * (12 of 16 ymm), AVX-512 8 rows x 2 vectors of 16 (16 of 32 zmm), enough
+ * (12 of 16 ymm), AVX-512 12 rows x 2 vectors of 16 (24 of 32 zmm), enough
  * independent FMA chains to cover the FMA latency on two ports.
  */
 #include "train/internal.h"
@@ -40,23 +40,23 @@ SP_TR_TARGET_END
 
 SP_TR_TARGET_BEGIN("avx512f,avx2,fma")
 static void sp_tr_uk_avx512(int kc, const float *ap, const float *bp, float *c, int64_t ldc) {
-    enum { MR = 8 };
+    enum { MR = 12 };
     __m512 acc[MR][2];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
         acc[i][0] = _mm512_loadu_ps(c + i * ldc);
         acc[i][1] = _mm512_loadu_ps(c + i * ldc + 16);
     }
     for (int k = 0; k < kc; k++, ap += MR, bp += 32) {
         const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
-#pragma GCC unroll 8
+#pragma GCC unroll 12
         for (int i = 0; i < MR; i++) {
             const __m512 a = _mm512_set1_ps(ap[i]);
             acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
             acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
         }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
         _mm512_storeu_ps(c + i * ldc, acc[i][0]);
         _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
@@ -122,6 +122,6 @@ const sp_tr_vec_ops sp_tr_vec_avx2 = { sp_tr_dot_avx2, sp_tr_axpy_avx2 };
 const sp_tr_vec_ops sp_tr_vec_avx512 = { sp_tr_dot_avx512, sp_tr_axpy_avx512 };
 
 const sp_tr_gemm_kern sp_tr_kern_avx2 = { "avx2+fma 6x16", 6, 16, sp_tr_uk_avx2 };
-const sp_tr_gemm_kern sp_tr_kern_avx512 = { "avx512f 8x32", 8, 32, sp_tr_uk_avx512 };
+const sp_tr_gemm_kern sp_tr_kern_avx512 = { "avx512f 12x32", 12, 32, sp_tr_uk_avx512 };
 
 #endif

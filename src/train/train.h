@@ -38,7 +38,7 @@ void sp_tr_linear_bwd(sp_pool *pool, float *dx, float *dw, float *db, const floa
  * C row-major with leading dimension ldc: the one GEMM the three products use. */
 void sp_tr_gemm(sp_pool *pool, int M, int N, int K, const float *a, int64_t rsa, int64_t csa,
                 const float *b, int64_t rsb, int64_t csb, float *c, int64_t ldc);
-/* Name of the GEMM kernel the current SIMD level uses ("avx512 8x32", ...). */
+/* Name of the GEMM kernel the current SIMD level uses ("avx512f 12x32", ...). */
 const char *sp_tr_gemm_kernel(void);
 
 /* ------------------------------------------------------------------------
