@@ -93,8 +93,12 @@ static void sp_tr_gemm_thread(void *ctx, int ith, int nth) {
     const int j_lo = (int)(p_lo * nr), j_hi = (int)(p_hi * nr < g->N ? p_hi * nr : g->N);
     if (j_lo >= j_hi || g->M == 0 || g->K == 0) return;
     const int nc_max = SP_TR_NC - SP_TR_NC % nr, mc_max = SP_TR_MC - SP_TR_MC % mr;
-    float *bp = sp_alloc_aligned(sizeof(float) * SP_TR_KC * (size_t)nc_max);
-    float *ap = sp_alloc_aligned(sizeof(float) * SP_TR_KC * (size_t)mc_max);
+    /* scratch for the blocks this call really packs (small products stay cheap) */
+    const size_t kc_n = g->K < SP_TR_KC ? (size_t)g->K : SP_TR_KC;
+    const size_t nc_n = (size_t)(j_hi - j_lo < nc_max ? (j_hi - j_lo + nr - 1) / nr * nr : nc_max);
+    const size_t mc_n = (size_t)(g->M < mc_max ? (g->M + mr - 1) / mr * mr : mc_max);
+    float *bp = sp_alloc_aligned(sizeof(float) * kc_n * nc_n);
+    float *ap = sp_alloc_aligned(sizeof(float) * kc_n * mc_n);
     float *tmp = sp_alloc_aligned(sizeof(float) * (size_t)mr * nr);
     for (int jc = j_lo; jc < j_hi; jc += nc_max) {
         const int nc = j_hi - jc < nc_max ? j_hi - jc : nc_max;
