@@ -187,3 +187,13 @@ void sp_tr_attn_causal(int32_t *koff, int32_t *kidx, int T, int past) {
     }
     koff[T] = n;
 }
+
+void sp_tr_attn_ttt(int32_t *koff, int32_t *kidx, int T, int step) {
+    int32_t n = 0;
+    for (int t = 0; t < T; t++) {
+        koff[t] = n;
+        for (int j = 0; j <= t; j++) kidx[n++] = j;
+        for (int i = 1; i <= step; i++) kidx[n++] = i * T + t;
+    }
+    koff[T] = n;
+}

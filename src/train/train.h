@@ -102,6 +102,12 @@ void sp_tr_attn_bwd(sp_pool *pool, float *dq, float *dk, float *dv, const float 
  * key rows: row t attends key rows 0 .. past + t.  koff: T + 1 entries,
  * kidx: T * past + T * (T + 1) / 2 entries. */
 void sp_tr_attn_causal(int32_t *koff, int32_t *kidx, int T, int past);
+/* Lists for unrolled step `step` (0 = the plain pass) of EAGLE-3's
+ * training-time test, the keys of steps 0..step laid out step by step
+ * (rows i*T .. i*T + T-1 are step i's): row t attends step 0's rows 0..t
+ * and, for 1 <= i <= step, its own row i*T + t.  kidx: T * (T + 1) / 2 +
+ * T * step entries. */
+void sp_tr_attn_ttt(int32_t *koff, int32_t *kidx, int T, int step);
 
 /* ------------------------------------------------------------------------
  * Loss (loss.c): softmax cross-entropy against soft targets over a reduced

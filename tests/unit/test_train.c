@@ -101,11 +101,11 @@ static void test_linear_grad(void **state) {
 }
 
 /* Every SIMD level against the double reference, and bit-identical results
- * for 1 and 2 threads, on shapes that cross the K, M and N blocking. */
+ * for 1, 2 and 3 threads, on shapes that cross the K, M and N blocking. */
 static void test_linear_levels_threads(void **state) {
     (void)state;
     static const int shapes[][3] = { { 100, 300, 70 }, { 9, 40, 1100 }, { 1, 5, 3 } };
-    sp_pool *p2 = sp_pool_create(2);
+    sp_pool *p2 = sp_pool_create(2), *p3 = sp_pool_create(3);
     const sp_simd saved = sp_kernels_simd();
     for (int lv = SP_SIMD_SCALAR; lv <= SP_SIMD_AVX512; lv++) {
         if (sp_kernels_set_simd((sp_simd)lv) != 0) continue;
@@ -119,6 +119,13 @@ static void test_linear_levels_threads(void **state) {
             sp_tr_linear_fwd(p2, y2, x, w, NULL, n, in, out);
             sp_tr_linear_bwd(NULL, dx1, dw1, NULL, dy, x, w, n, in, out);
             sp_tr_linear_bwd(p2, dx2, dw2, NULL, dy, x, w, n, in, out);
+            assert_memory_equal(y1, y2, sizeof(float) * n * out);
+            assert_memory_equal(dx1, dx2, sizeof(float) * n * in);
+            assert_memory_equal(dw1, dw2, sizeof(float) * out * in);
+            memset(dx2, 0, sizeof(float) * n * in);
+            memset(dw2, 0, sizeof(float) * out * in);
+            sp_tr_linear_fwd(p3, y2, x, w, NULL, n, in, out);
+            sp_tr_linear_bwd(p3, dx2, dw2, NULL, dy, x, w, n, in, out);
             assert_memory_equal(y1, y2, sizeof(float) * n * out);
             assert_memory_equal(dx1, dx2, sizeof(float) * n * in);
             assert_memory_equal(dw1, dw2, sizeof(float) * out * in);
@@ -140,6 +147,7 @@ static void test_linear_levels_threads(void **state) {
     }
     sp_kernels_set_simd(saved);
     sp_pool_free(p2);
+    sp_pool_free(p3);
 }
 
 /* ---- rmsnorm ------------------------------------------------------------ */
@@ -381,6 +389,21 @@ static void test_attention_cache_threads(void **state) {
     free(qf); free(k); free(v); free(dout); free(o1); free(o2); free(o3); free(a1); free(a2); free(a3);
 }
 
+/* The training-time-test lists: step 0 is causal; step 2 of T = 3 adds the
+ * row's own keys of steps 1 and 2 (rows 3 + t and 6 + t). */
+static void test_attention_ttt_lists(void **state) {
+    (void)state;
+    int32_t koff[4], kidx[12], coff[4], cidx[6];
+    sp_tr_attn_ttt(koff, kidx, 3, 0);
+    sp_tr_attn_causal(coff, cidx, 3, 0);
+    assert_memory_equal(koff, coff, sizeof coff);
+    assert_memory_equal(kidx, cidx, sizeof cidx);
+    sp_tr_attn_ttt(koff, kidx, 3, 2);
+    const int32_t want_off[4] = { 0, 3, 7, 12 }, want_idx[12] = { 0, 3, 6,  0, 1, 4, 7,  0, 1, 2, 5, 8 };
+    assert_memory_equal(koff, want_off, sizeof want_off);
+    assert_memory_equal(kidx, want_idx, sizeof want_idx);
+}
+
 /* ---- soft cross-entropy -------------------------------------------------- */
 
 enum { CN = 5, CV = 11, CK = 3 };
@@ -596,7 +619,8 @@ int main(void) {
         cmocka_unit_test(test_linear_grad), cmocka_unit_test(test_linear_levels_threads),
         cmocka_unit_test(test_rmsnorm_grad), cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu_add), cmocka_unit_test(test_attention_grad),
-        cmocka_unit_test(test_attention_cache_threads), cmocka_unit_test(test_softce),
+        cmocka_unit_test(test_attention_cache_threads), cmocka_unit_test(test_attention_ttt_lists),
+        cmocka_unit_test(test_softce),
         cmocka_unit_test(test_adamw), cmocka_unit_test(test_lr_clip), cmocka_unit_test(test_arena),
         cmocka_unit_test(test_tiny_model_learns),
     };
