@@ -21,7 +21,10 @@ int sp_tr_arena_add(sp_tr_arena *a, const char *name, int ndim, const int64_t *s
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 1) return sp_err_set(err, "arena: view '%s' dim %d is %lld", name, i, (long long)shape[i]);
         vw.shape[i] = shape[i];
-        vw.numel *= (size_t)shape[i];
+        uint64_t numel;
+        if (!sp_mul_ok(vw.numel, (uint64_t)shape[i], &numel) || numel > ((uint64_t)1 << 40))
+            return sp_err_set(err, "arena: view '%s' is too large", name);
+        vw.numel = (size_t)numel;
     }
     vw.off = (a->size + SP_TR_ALIGN - 1) / SP_TR_ALIGN * SP_TR_ALIGN;
     a->size = vw.off + vw.numel;

@@ -64,8 +64,8 @@ static void sp_tr_attn_rows(const sp_tr_attn_shape *s, int ith, int nth, int *lo
 }
 
 typedef struct sp_tr_attn_job {
-    float *out, *att, *dq, *dk, *dv;
-    const float *dout, *q, *k, *v;
+    float *out, *att_out, *dq, *dk, *dv;    /* att_out: the forward's probabilities */
+    const float *att, *dout, *q, *k, *v;
     const sp_tr_attn_shape *s;
     const sp_tr_vec_ops *vo;
     float **kbuf, **vbuf;       /* backward, more than one thread: per-thread dk, dv */
@@ -85,7 +85,7 @@ static void sp_tr_attn_fwd_thread(void *ctx, int ith, int nth) {
         const int32_t *idx = s->kidx + s->koff[t];
         for (int h = 0; h < s->n_head; h++) {
             const float *qh = jb->q + t * qd + (size_t)h * hd;
-            float *a = jb->att + sp_tr_att_at(s, t, h), *o = jb->out + t * qd + (size_t)h * hd;
+            float *a = jb->att_out + sp_tr_att_at(s, t, h), *o = jb->out + t * qd + (size_t)h * hd;
             const size_t ko = (size_t)(h / grp) * hd;
             float mx = -INFINITY;
             for (int j = 0; j < len; j++) {
@@ -106,7 +106,7 @@ static void sp_tr_attn_fwd_thread(void *ctx, int ith, int nth) {
 
 void sp_tr_attn_fwd(sp_pool *pool, float *out, float *att, const float *q, const float *k,
                     const float *v, const sp_tr_attn_shape *s) {
-    sp_tr_attn_job jb = { .out = out, .att = att, .q = q, .k = k, .v = v, .s = s, .vo = sp_tr_vec() };
+    sp_tr_attn_job jb = { .out = out, .att_out = att, .q = q, .k = k, .v = v, .s = s, .vo = sp_tr_vec() };
     if (pool && sp_pool_size(pool) > 1) sp_pool_run(pool, sp_tr_attn_fwd_thread, &jb);
     else sp_tr_attn_fwd_thread(&jb, 0, 1);
 }
@@ -162,7 +162,7 @@ static void sp_tr_attn_reduce_thread(void *ctx, int ith, int nth) {
 void sp_tr_attn_bwd(sp_pool *pool, float *dq, float *dk, float *dv, const float *dout,
                     const float *att, const float *q, const float *k, const float *v,
                     const sp_tr_attn_shape *s) {
-    sp_tr_attn_job jb = { .att = (float *)att, .dq = dq, .dk = dk, .dv = dv, .dout = dout,
+    sp_tr_attn_job jb = { .att = att, .dq = dq, .dk = dk, .dv = dv, .dout = dout,
                           .q = q, .k = k, .v = v, .s = s, .vo = sp_tr_vec() };
     const int nth = pool ? sp_pool_size(pool) : 1;
     if (nth == 1) { sp_tr_attn_bwd_thread(&jb, 0, 1); return; }
