@@ -10,10 +10,11 @@
  *     inputs and parameters alike (llm.c's rule): the caller zeroes the
  *     gradients once per step, and a tensor used twice sums its gradients;
  *     the one exception is the loss, which WRITES dlogits;
- *   - a gradient pointer may be NULL when it is not wanted;
+ *   - a gradient pointer may be NULL when it is not wanted; an output or
+ *     gradient never overlaps an input (only rope_fwd allows y == x);
  *   - pool may be NULL (one thread).  Results are deterministic for a given
- *     thread count: each output is summed by one thread in a fixed order,
- *     and the linear layers are bit-identical for any thread count.
+ *     thread count (fixed summation orders, no atomics); everything but
+ *     attention's dk and dv is bit-identical for any thread count.
  *
  * Layer: above base and kernels (rope takes its cos/sin table from the
  * kernels so training sees the same rotation as inference).
