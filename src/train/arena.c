@@ -71,10 +71,30 @@ void sp_tr_arena_init_normal(sp_tr_arena *a, int i, float std, uint64_t seed) {
     }
 }
 
-void sp_tr_arena_adamw(sp_tr_arena *a, const sp_tr_adamw *h, float lr, float wd, int64_t step) {
+typedef struct sp_tr_adamw_job {
+    sp_tr_arena *a;
+    const sp_tr_adamw *h;
+    float lr, wd;
+    int64_t step;
+} sp_tr_adamw_job;
+
+/* Each thread updates its share of every view (elementwise: any split
+ * gives the same bits). */
+static void sp_tr_adamw_thread(void *ctx, int ith, int nth) {
+    const sp_tr_adamw_job *jb = ctx;
+    const sp_tr_arena *a = jb->a;
     for (int i = 0; i < a->n_views; i++) {
         const sp_tr_view *vw = &a->views[i];
-        sp_tr_adamw_step(a->param + vw->off, a->grad + vw->off, a->m + vw->off, a->v + vw->off,
-                         vw->numel, h, lr, vw->decay ? wd : 0.0f, step);
+        int64_t lo, hi;
+        sp_split((int64_t)vw->numel, ith, nth, &lo, &hi);
+        const size_t o = vw->off + (size_t)lo;
+        sp_tr_adamw_step(a->param + o, a->grad + o, a->m + o, a->v + o, (size_t)(hi - lo), jb->h, jb->lr,
+                         vw->decay ? jb->wd : 0.0f, jb->step);
     }
+}
+
+void sp_tr_arena_adamw(sp_tr_arena *a, sp_pool *pool, const sp_tr_adamw *h, float lr, float wd, int64_t step) {
+    sp_tr_adamw_job jb = { a, h, lr, wd, step };
+    if (pool && sp_pool_size(pool) > 1) sp_pool_run(pool, sp_tr_adamw_thread, &jb);
+    else sp_tr_adamw_thread(&jb, 0, 1);
 }

@@ -183,7 +183,8 @@ static inline float *sp_tr_grad(const sp_tr_arena *a, int i) { return a->grad + 
 void sp_tr_arena_zero_grad(sp_tr_arena *a);
 /* Fills view i with normal(0, std) values from a keyed generator (std 0: zeros). */
 void sp_tr_arena_init_normal(sp_tr_arena *a, int i, float std, uint64_t seed);
-/* AdamW over every view, weight decay wd on the views marked decay. */
-void sp_tr_arena_adamw(sp_tr_arena *a, const sp_tr_adamw *h, float lr, float wd, int64_t step);
+/* AdamW over every view, weight decay wd on the views marked decay
+ * (threads split each view; the same bits for any thread count). */
+void sp_tr_arena_adamw(sp_tr_arena *a, sp_pool *pool, const sp_tr_adamw *h, float lr, float wd, int64_t step);
 
 #endif /* SP_TRAIN_H */

@@ -526,10 +526,25 @@ static void test_arena(void **state) {
     for (int i = 0; i < 7; i++) sp_tr_param(&a, 1)[i] = 1.0f;
     sp_tr_arena_zero_grad(&a);
     const sp_tr_adamw h = { 0.9f, 0.999f, 1e-8f, 0 };
-    sp_tr_arena_adamw(&a, &h, 0.1f, 0.5f, 1);
+    sp_tr_arena_adamw(&a, NULL, &h, 0.1f, 0.5f, 1);
     assert_true(sp_tr_param(&a, 1)[3] == 1.0f);               /* zero grad, no decay */
     assert_true(fabs(sp_tr_param(&a, 0)[0] - first * 0.95f) < 1e-9);
+    /* 2 threads: the same bits as 1 (from the same state) */
+    fill(a.grad, a.size, 90, 1);
+    const size_t bytes = sizeof(float) * a.size;
+    float *s0 = falloc(3 * a.size), *s1 = falloc(3 * a.size);
+    memcpy(s0, a.param, bytes); memcpy(s0 + a.size, a.m, bytes); memcpy(s0 + 2 * a.size, a.v, bytes);
+    sp_tr_arena_adamw(&a, NULL, &h, 0.1f, 0.5f, 2);
+    memcpy(s1, a.param, bytes); memcpy(s1 + a.size, a.m, bytes); memcpy(s1 + 2 * a.size, a.v, bytes);
+    memcpy(a.param, s0, bytes); memcpy(a.m, s0 + a.size, bytes); memcpy(a.v, s0 + 2 * a.size, bytes);
+    sp_pool *p2 = sp_pool_create(2);
+    sp_tr_arena_adamw(&a, p2, &h, 0.1f, 0.5f, 2);
+    assert_memory_equal(a.param, s1, bytes);
+    assert_memory_equal(a.m, s1 + a.size, bytes);
+    assert_memory_equal(a.v, s1 + 2 * a.size, bytes);
+    sp_pool_free(p2);
     sp_tr_arena_free(&a);
+    free(s0); free(s1);
 }
 
 /* ---- a tiny model learns ------------------------------------------------- */
@@ -600,7 +615,7 @@ static void test_tiny_model_learns(void **state) {
     for (int s = 0; s < steps; s++) {
         loss = tiny_step(&a, &t, ids, pr, &acc);
         sp_tr_clip_grad(a.grad, a.size, 1.0f);
-        sp_tr_arena_adamw(&a, &h, sp_tr_lr_cosine(s, 20, steps, 2e-2f, 1e-3f), 0.01f, s + 1);
+        sp_tr_arena_adamw(&a, NULL, &h, sp_tr_lr_cosine(s, 20, steps, 2e-2f, 1e-3f), 0.01f, s + 1);
     }
     loss = tiny_step(&a, &t, ids, pr, &acc);
     print_message("tiny model: entropy %.4f, loss %.4f -> %.4f, top-1 %.2f -> %.2f\n", entropy, loss0, loss,
