@@ -532,19 +532,19 @@ static void test_arena(void **state) {
     /* 2 threads: the same bits as 1 (from the same state) */
     fill(a.grad, a.size, 90, 1);
     const size_t bytes = sizeof(float) * a.size;
-    float *s0 = falloc(3 * a.size), *s1 = falloc(3 * a.size);
-    memcpy(s0, a.param, bytes); memcpy(s0 + a.size, a.m, bytes); memcpy(s0 + 2 * a.size, a.v, bytes);
+    float *st0 = falloc(3 * a.size), *st1 = falloc(3 * a.size);
+    memcpy(st0, a.param, bytes); memcpy(st0 + a.size, a.m, bytes); memcpy(st0 + 2 * a.size, a.v, bytes);
     sp_tr_arena_adamw(&a, NULL, &h, 0.1f, 0.5f, 2);
-    memcpy(s1, a.param, bytes); memcpy(s1 + a.size, a.m, bytes); memcpy(s1 + 2 * a.size, a.v, bytes);
-    memcpy(a.param, s0, bytes); memcpy(a.m, s0 + a.size, bytes); memcpy(a.v, s0 + 2 * a.size, bytes);
+    memcpy(st1, a.param, bytes); memcpy(st1 + a.size, a.m, bytes); memcpy(st1 + 2 * a.size, a.v, bytes);
+    memcpy(a.param, st0, bytes); memcpy(a.m, st0 + a.size, bytes); memcpy(a.v, st0 + 2 * a.size, bytes);
     sp_pool *p2 = sp_pool_create(2);
     sp_tr_arena_adamw(&a, p2, &h, 0.1f, 0.5f, 2);
-    assert_memory_equal(a.param, s1, bytes);
-    assert_memory_equal(a.m, s1 + a.size, bytes);
-    assert_memory_equal(a.v, s1 + 2 * a.size, bytes);
+    assert_memory_equal(a.param, st1, bytes);
+    assert_memory_equal(a.m, st1 + a.size, bytes);
+    assert_memory_equal(a.v, st1 + 2 * a.size, bytes);
     sp_pool_free(p2);
     sp_tr_arena_free(&a);
-    free(s0); free(s1);
+    free(st0); free(st1);
 }
 
 /* ---- a tiny model learns ------------------------------------------------- */
