@@ -628,6 +628,115 @@ static void test_tiny_model_learns(void **state) {
     free(teacher); free(tl);
 }
 
+/* ---- a whole decoder layer: the ops wired together ------------------------ */
+
+/* x -> rmsnorm -> q,k,v -> rope(q,k) -> causal GQA attention -> o -> h = x + o
+ *   -> rmsnorm -> swiglu(gate, up) -> down -> y = h + down;  loss = sum r . y.
+ * The analytic gradients of x and every parameter against float central
+ * differences (step 1e-2, loose tolerance: this checks the wiring and the
+ * accumulate convention, the ops are checked tightly above). */
+enum { LT = 5, LD = 16, LH = 4, LKV = 2, LHD = 4, LF = 24 };
+enum { P_G1, P_WQ, P_WK, P_WV, P_WO, P_G2, P_WG, P_WU, P_WD, P_N };
+
+typedef struct {
+    float xn[LT * LD], r1[LT], q[LT * LD], k[LT * LKV * LHD], v[LT * LKV * LHD], qr[LT * LD],
+        kr[LT * LKV * LHD], att[LH * LT * (LT + 1) / 2], ao[LT * LD], o[LT * LD], h[LT * LD], hn[LT * LD],
+        r2[LT], gt[LT * LF], up[LT * LF], sw[LT * LF], dn[LT * LD], y[LT * LD];
+} layer_acts;
+
+static const int32_t layer_pos[LT] = { 0, 1, 2, 3, 4 };
+
+static double layer_fwd(const sp_tr_arena *a, const float *x, const float *r, const sp_tr_attn_shape *sh,
+                        layer_acts *c) {
+    const int kd = LKV * LHD;
+    sp_tr_rmsnorm_fwd(c->xn, c->r1, x, sp_tr_param(a, P_G1), LT, LD, 1e-5f);
+    sp_tr_linear_fwd(NULL, c->q, c->xn, sp_tr_param(a, P_WQ), NULL, LT, LD, LD);
+    sp_tr_linear_fwd(NULL, c->k, c->xn, sp_tr_param(a, P_WK), NULL, LT, LD, kd);
+    sp_tr_linear_fwd(NULL, c->v, c->xn, sp_tr_param(a, P_WV), NULL, LT, LD, kd);
+    sp_tr_rope_fwd(c->qr, c->q, layer_pos, LT, LH, LHD, LHD, 10000.0f, true);
+    sp_tr_rope_fwd(c->kr, c->k, layer_pos, LT, LKV, LHD, LHD, 10000.0f, true);
+    sp_tr_attn_fwd(NULL, c->ao, c->att, c->qr, c->kr, c->v, sh);
+    sp_tr_linear_fwd(NULL, c->o, c->ao, sp_tr_param(a, P_WO), NULL, LT, LD, LD);
+    sp_tr_add_fwd(c->h, x, c->o, LT * LD);
+    sp_tr_rmsnorm_fwd(c->hn, c->r2, c->h, sp_tr_param(a, P_G2), LT, LD, 1e-5f);
+    sp_tr_linear_fwd(NULL, c->gt, c->hn, sp_tr_param(a, P_WG), NULL, LT, LD, LF);
+    sp_tr_linear_fwd(NULL, c->up, c->hn, sp_tr_param(a, P_WU), NULL, LT, LD, LF);
+    sp_tr_swiglu_fwd(c->sw, c->gt, c->up, LT * LF);
+    sp_tr_linear_fwd(NULL, c->dn, c->sw, sp_tr_param(a, P_WD), NULL, LT, LF, LD);
+    sp_tr_add_fwd(c->y, c->h, c->dn, LT * LD);
+    double l = 0;
+    for (int i = 0; i < LT * LD; i++) l += (double)r[i] * c->y[i];
+    return l;
+}
+
+/* The backward in reverse order; every gradient buffer starts at zero and
+ * is accumulated into (h feeds both the residual and the second norm). */
+static void layer_bwd(sp_tr_arena *a, const float *x, const float *r, const sp_tr_attn_shape *sh,
+                      const layer_acts *c, float *dx) {
+    const int kd = LKV * LHD;
+    float dh[LT * LD] = { 0 }, dsw[LT * LF] = { 0 }, dgt[LT * LF] = { 0 }, dup[LT * LF] = { 0 };
+    float dhn[LT * LD] = { 0 }, dao[LT * LD] = { 0 }, dqr[LT * LD] = { 0 }, dkr[LT * kd], dv[LT * kd];
+    float dq[LT * LD] = { 0 }, dk[LT * kd], dxn[LT * LD] = { 0 };
+    memset(dkr, 0, sizeof dkr); memset(dv, 0, sizeof dv); memset(dk, 0, sizeof dk);
+    sp_tr_acc(dh, r, LT * LD);                                            /* y = h + dn */
+    sp_tr_linear_bwd(NULL, dsw, sp_tr_grad(a, P_WD), NULL, r, c->sw, sp_tr_param(a, P_WD), LT, LF, LD);
+    sp_tr_swiglu_bwd(dgt, dup, dsw, c->gt, c->up, LT * LF);
+    sp_tr_linear_bwd(NULL, dhn, sp_tr_grad(a, P_WG), NULL, dgt, c->hn, sp_tr_param(a, P_WG), LT, LD, LF);
+    sp_tr_linear_bwd(NULL, dhn, sp_tr_grad(a, P_WU), NULL, dup, c->hn, sp_tr_param(a, P_WU), LT, LD, LF);
+    sp_tr_rmsnorm_bwd(dh, sp_tr_grad(a, P_G2), dhn, c->h, sp_tr_param(a, P_G2), c->r2, LT, LD);
+    sp_tr_acc(dx, dh, LT * LD);                                           /* h = x + o */
+    sp_tr_linear_bwd(NULL, dao, sp_tr_grad(a, P_WO), NULL, dh, c->ao, sp_tr_param(a, P_WO), LT, LD, LD);
+    sp_tr_attn_bwd(NULL, dqr, dkr, dv, dao, c->att, c->qr, c->kr, c->v, sh);
+    sp_tr_rope_bwd(dq, dqr, layer_pos, LT, LH, LHD, LHD, 10000.0f, true);
+    sp_tr_rope_bwd(dk, dkr, layer_pos, LT, LKV, LHD, LHD, 10000.0f, true);
+    sp_tr_linear_bwd(NULL, dxn, sp_tr_grad(a, P_WQ), NULL, dq, c->xn, sp_tr_param(a, P_WQ), LT, LD, LD);
+    sp_tr_linear_bwd(NULL, dxn, sp_tr_grad(a, P_WK), NULL, dk, c->xn, sp_tr_param(a, P_WK), LT, LD, kd);
+    sp_tr_linear_bwd(NULL, dxn, sp_tr_grad(a, P_WV), NULL, dv, c->xn, sp_tr_param(a, P_WV), LT, LD, kd);
+    sp_tr_rmsnorm_bwd(dx, sp_tr_grad(a, P_G1), dxn, x, sp_tr_param(a, P_G1), c->r1, LT, LD);
+}
+
+static void layer_fd(const char *what, float *v, size_t n, const float *g, const sp_tr_arena *a, const float *x,
+                     const float *r, const sp_tr_attn_shape *sh, layer_acts *c) {
+    for (size_t i = 0; i < n; i++) {
+        const float v0 = v[i], h = 1e-2f;
+        v[i] = v0 + h;
+        const double lp = layer_fwd(a, x, r, sh, c);
+        v[i] = v0 - h;
+        const double lm = layer_fwd(a, x, r, sh, c);
+        v[i] = v0;
+        const double want = (lp - lm) / (2.0 * h);
+        expect_close(what, &g[i], &want, 1, 1e-3, 1.5e-2);
+    }
+}
+
+static void test_decoder_layer_grad(void **state) {
+    (void)state;
+    static const int64_t shp[P_N][2] = { { LD, 1 }, { LD, LD }, { LKV * LHD, LD }, { LKV * LHD, LD }, { LD, LD },
+                                         { LD, 1 }, { LF, LD }, { LF, LD }, { LD, LF } };
+    static const char *names[P_N] = { "g1", "wq", "wk", "wv", "wo", "g2", "wg", "wu", "wd" };
+    sp_tr_arena a = { 0 };
+    sp_err err;
+    for (int i = 0; i < P_N; i++)
+        assert_int_equal(sp_tr_arena_add(&a, names[i], shp[i][1] == 1 ? 1 : 2, shp[i], shp[i][1] != 1, &err), i);
+    sp_tr_arena_alloc(&a);
+    for (int i = 0; i < P_N; i++) sp_tr_arena_init_normal(&a, i, shp[i][1] == 1 ? 0.3f : 0.4f, 100 + i);
+    for (int i = 0; i < LD; i++) { sp_tr_param(&a, P_G1)[i] += 1; sp_tr_param(&a, P_G2)[i] += 1; }
+    int32_t koff[LT + 1], kidx[LT * (LT + 1) / 2];
+    sp_tr_attn_causal(koff, kidx, LT, 0);
+    const sp_tr_attn_shape sh = { LT, LT, LH, LKV, LHD, koff, kidx };
+    float x[LT * LD], r[LT * LD], dx[LT * LD] = { 0 };
+    fill(x, LT * LD, 110, 1); fill(r, LT * LD, 111, 1);
+    layer_acts *c = calloc(1, sizeof *c);
+    layer_fwd(&a, x, r, &sh, c);
+    sp_tr_arena_zero_grad(&a);
+    layer_bwd(&a, x, r, &sh, c, dx);
+    layer_fd("layer dx", x, LT * LD, dx, &a, x, r, &sh, c);
+    for (int i = 0; i < P_N; i++)
+        layer_fd(names[i], sp_tr_param(&a, i), a.views[i].numel, sp_tr_grad(&a, i), &a, x, r, &sh, c);
+    free(c);
+    sp_tr_arena_free(&a);
+}
+
 int main(void) {
     sp_base_init();
     const struct CMUnitTest tests[] = {
@@ -637,7 +746,7 @@ int main(void) {
         cmocka_unit_test(test_attention_cache_threads), cmocka_unit_test(test_attention_ttt_lists),
         cmocka_unit_test(test_softce),
         cmocka_unit_test(test_adamw), cmocka_unit_test(test_lr_clip), cmocka_unit_test(test_arena),
-        cmocka_unit_test(test_tiny_model_learns),
+        cmocka_unit_test(test_decoder_layer_grad), cmocka_unit_test(test_tiny_model_learns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
