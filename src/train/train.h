@@ -78,11 +78,12 @@ void sp_tr_acc(float *dst, const float *src, size_t n);
  *
  * q(T, n_head*hd); k, v(S, n_kv*hd): all S key rows (for training-time
  * test, the earlier unrolled steps' rows followed by this step's).  Row t
- * attends keys kidx[koff[t] .. koff[t+1]) (CSR; any order, no repeats
- * needed); query head h reads kv head h / (n_head / n_kv).  Scores are
- * q.k / sqrt(hd); the probabilities are saved in att: row t, head h,
- * list entry j at att[koff[t] * n_head + h * len_t + j] (n_head * koff[T]
- * floats).  out(T, n_head*hd).  An empty list gives a zero output.
+ * attends keys kidx[koff[t] .. koff[t+1]) (CSR, any order; a key listed
+ * twice counts twice); query head h reads kv head h / (n_head / n_kv)
+ * (n_head a multiple of n_kv).  Scores are q.k / sqrt(hd); the
+ * probabilities are saved in att: row t, head h, list entry j at
+ * att[koff[t] * n_head + h * len_t + j] (n_head * koff[T] floats).
+ * out(T, n_head*hd).  An empty list gives a zero output.
  * ---------------------------------------------------------------------- */
 typedef struct sp_tr_attn_shape {
     int T, S;               /* query rows, key rows */
