@@ -115,7 +115,8 @@ void sp_tr_attn_ttt(int32_t *koff, int32_t *kidx, int T, int step);
  * Loss (loss.c): softmax cross-entropy against soft targets over a reduced
  * vocabulary of V logits.
  *
- * Row t's target is k (id, probability) pairs, ids < 0 ignored; the
+ * Row t's target is k (id, probability) pairs, ids(n,k) and probs(n,k)
+ * (k <= 64 in practice, any k works); ids < 0 or >= V are ignored; the
  * probabilities are renormalised to sum to 1 (a truncated top-k), a row
  * whose valid probabilities sum to <= 0 is masked.  w(n) are per-row
  * weights (NULL: all 1), w_t = 0 masks the row.
