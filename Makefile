@@ -39,7 +39,8 @@ CFLAGS_ALL := $(CSTD) $(WARN) $(INC) $(OPT) -fPIC $(CFLAGS)
 LDFLAGS_ALL := $(OPT) $(LDFLAGS)
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/gguf/*.c src/kernels/*.c src/model/*.c \
-              src/tokenizer/*.c src/sample/*.c src/speculative/*.c src/engine/*.c src/serve/*.c))
+              src/tokenizer/*.c src/sample/*.c src/speculative/*.c src/engine/*.c src/serve/*.c \
+              src/train/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 MODEL_SRC := $(sort $(wildcard tests/model/test_*.c))
@@ -98,6 +99,13 @@ $(O)/%.o: %.S
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -c -o $@ $<
 $(O)/src/serve/page.o: src/serve/page.html
+
+# GFLOP/s of the training linear layer (bench/bench_train.c)
+.PHONY: bench-train
+bench-train: $(O)/bench_train
+$(O)/bench_train: bench/bench_train.c $(O)/libspecula.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(O)/libspecula.a $(LIBS)
 
 # The suite: models fetched (idempotent), release build + model tests,
 # sanitizer build + unit tests, fuzzer; ends with "N passed, N failed".
