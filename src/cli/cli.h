@@ -24,6 +24,7 @@ int sp_cmd_perplexity(int argc, char **argv);
 int sp_cmd_bench(int argc, char **argv);
 int sp_cmd_tune_self(int argc, char **argv);
 int sp_cmd_quantize(int argc, char **argv);
+int sp_cmd_train_draft(int argc, char **argv);
 
 /* ------------------------------------------------------------------------
  * Option parsing helpers (args.c).  Each prints "specula CMD: ..." and

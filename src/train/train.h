@@ -23,6 +23,7 @@
 #define SP_TRAIN_H
 
 #include "base/base.h"
+#include "engine/engine.h"
 
 /* ------------------------------------------------------------------------
  * Linear (linear.c): the matrix products, where the time goes.  Register-
@@ -188,5 +189,98 @@ void sp_tr_arena_init_normal(sp_tr_arena *a, int i, float std, uint64_t seed);
 /* AdamW over every view, weight decay wd on the views marked decay
  * (threads split each view; the same bits for any thread count). */
 void sp_tr_arena_adamw(sp_tr_arena *a, sp_pool *pool, const sp_tr_adamw *h, float lr, float wd, int64_t step);
+
+/* ------------------------------------------------------------------------
+ * Self-distillation data (distill.c): training sequences the target makes
+ * itself from text on the machine (windows of the text, and its own
+ * answers to prompts made from the text), each position with the target's
+ * residual stream at three tap layers and its top-k next-token
+ * distribution.  See distill.c for the file layout.
+ * ---------------------------------------------------------------------- */
+typedef struct sp_distill_opts {
+    const char *const *paths;        /* text files and folders (searched recursively) */
+    int n_paths;
+    int64_t max_tokens;              /* stop after recording this many tokens */
+    int seq_len;                     /* tokens per window / per prompt + answer */
+    int top_k;                       /* soft-label entries per position */
+    double answer_share;             /* share of the tokens from the target's answers */
+    int answer_tokens;               /* longest answer */
+    bool chat;                       /* answers to chat-template prompts (else continuations) */
+    int32_t tap_layers[3];
+    uint64_t seed;
+} sp_distill_opts;
+
+typedef void (*sp_distill_progress)(void *ud, uint64_t tokens, uint64_t goal, uint64_t answer_tokens);
+
+/* Makes the data file at out_path with the context's model (its slots
+ * generate answers in parallel). */
+int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path, sp_distill_progress progress,
+                    void *ud, sp_err *err);
+
+typedef struct sp_distill_info {
+    int n_embd, top_k;
+    int32_t tap_layers[3];
+    uint32_t n_seqs;
+    uint64_t n_tokens;
+    char fingerprint[17];            /* of the target that made it */
+} sp_distill_info;
+
+typedef struct sp_distill_seq {
+    int n;                           /* tokens */
+    int loss_from;                   /* rows before it (a prompt) carry no loss */
+    const int32_t *tokens;           /* (n) */
+    const int32_t *ids;              /* (n, top_k) the target's most likely next tokens */
+    const uint16_t *probs;           /* (n, top_k) their probabilities, f16 */
+    const uint16_t *taps;            /* (n, 3, n_embd) bf16 */
+} sp_distill_seq;
+
+typedef struct sp_distill sp_distill;
+/* Maps a data file and checks every record fits (untrusted input). */
+sp_distill *sp_distill_open(const char *path, sp_err *err);
+void sp_distill_close(sp_distill *ds);
+const sp_distill_info *sp_distill_info_of(const sp_distill *ds);
+/* Sequence i (< n_seqs), pointers into the mapping. */
+void sp_distill_get(const sp_distill *ds, uint32_t i, sp_distill_seq *out);
+
+/* ------------------------------------------------------------------------
+ * Training an EAGLE-3 draft head (head_train.c) on self-distillation data,
+ * with training-time test (the head unrolled ttt_steps steps on its own
+ * outputs), soft targets over a draft vocabulary of the data's most
+ * frequent tokens, AdamW with warmup and cosine decay, clipping,
+ * checkpoints; writes the head with sp_head_write.  Deterministic for a
+ * seed and thread count.
+ * ---------------------------------------------------------------------- */
+typedef struct sp_head_train_status {
+    int64_t step, total;
+    float loss, grad_norm, lr;
+    double tokens_per_s, elapsed_s;
+    int n_acc;                       /* > 0: a held-out evaluation ran; acc[0..n_acc) */
+    double acc[8];                   /* held-out acceptance of a chain of 1, 2, ... drafts */
+} sp_head_train_status;
+
+typedef struct sp_head_train_opts {
+    int draft_vocab;                 /* N most frequent target tokens */
+    int ttt_steps;                   /* unrolled steps (EAGLE-3 uses 7) */
+    int seq_len;                     /* tokens per sequence used */
+    int batch_seqs;                  /* sequences per optimizer step */
+    int epochs;
+    float lr, lr_floor, weight_decay, clip;
+    int warmup;
+    double heldout;                  /* share of sequences held out (at most 64) */
+    uint64_t seed;
+    int32_t tap_layers[3];
+    float min_prob;                  /* written as the head's drafting threshold */
+    const char *command;             /* recorded in the head (specula.training) */
+    const char *ckpt_path;           /* NULL = no checkpoints */
+    int ckpt_every;                  /* optimizer steps between checkpoints */
+    const char *resume;              /* a checkpoint to continue from */
+    int eval_every;                  /* optimizer steps between held-out evaluations (0 = at the end only) */
+    void (*progress)(void *ud, const sp_head_train_status *st);
+    void *ud;
+} sp_head_train_opts;
+
+sp_head_train_opts sp_head_train_default_opts(void);
+int sp_head_train(const sp_model *target, sp_pool *pool, const sp_distill *data, const sp_head_train_opts *o,
+                  const char *out_path, sp_err *err);
 
 #endif /* SP_TRAIN_H */

@@ -1,0 +1,427 @@
+/* Self-distillation data for draft heads: training sequences the target
+ * makes itself, with its hidden states at the head's tap layers and its
+ * next-token distributions as soft labels.
+ *
+ * Sequences come from text on the machine (files and folders given: every
+ * Debian system has Python's library sources, license texts and package
+ * documentation) in two kinds: windows of the text itself, and the
+ * target's own answers to prompts made from the text (chat models: a
+ * summarise / explain / continue request in the chat template; pretrained
+ * models: the text's start to continue).  The answers matter most: a head
+ * learns to predict what the target says.
+ *
+ * File layout (little-endian; every field checked when read):
+ *   header  "SPDSTL01", u32 n_embd, u32 top_k, i32 tap_layers[3], u32 n_seqs,
+ *           u64 n_tokens, char target_fingerprint[24]
+ *   per sequence:  u32 n, u32 loss_from, i32 tokens[n], i32 ids[n][k],
+ *           u16 probs[n][k] (f16), u16 taps[n][3][n_embd] (bf16; Gemma's
+ *           residual stream exceeds f16's range), padded to 4 bytes */
+#include "train/train.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DS_MAGIC "SPDSTL01"
+#define DS_HEADER 72
+#define DS_MAX_FILE (64 << 10)       /* bytes read from one corpus file */
+#define DS_CHUNK 32                  /* rows per recording pass (logits of 262k tokens each) */
+
+/* ----------------------------------------------------------------------------
+ * Corpus
+ * ------------------------------------------------------------------------- */
+
+typedef struct corpus {
+    char **paths;
+    int n, cap;
+} corpus;
+
+static bool wanted(const char *name) {
+    static const char *const ext[] = { ".py", ".txt", ".md", ".rst", ".html", ".c", ".h", ".sh", ".json" };
+    const char *dot = strrchr(name, '.');
+    if (!dot) return !strncmp(name, "README", 6) || !strcmp(name, "copyright") || strchr(name, '-') != NULL;
+    for (size_t i = 0; i < sizeof ext / sizeof *ext; i++)
+        if (!strcmp(dot, ext[i])) return true;
+    return false;
+}
+
+/* Regular files under path (depth-first, sorted by readdir order; the
+ * caller shuffles), skipping hidden entries. */
+static void walk(corpus *c, const char *path, int depth) {
+    struct stat st;
+    if (stat(path, &st) != 0 || depth > 8 || c->n >= 100000) return;
+    if (S_ISREG(st.st_mode)) {
+        if (st.st_size < 64) return;
+        SP_VEC_GROW(c->paths, c->cap, c->n + 1);
+        c->paths[c->n++] = sp_xstrdup(path);
+        return;
+    }
+    if (!S_ISDIR(st.st_mode)) return;
+    DIR *d = opendir(path);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        if (stat(sub, &st) == 0 && S_ISREG(st.st_mode) && !wanted(e->d_name)) continue;
+        walk(c, sub, depth + 1);
+    }
+    closedir(d);
+}
+
+/* Up to DS_MAX_FILE bytes of a text file (NULL for binary files). */
+static char *read_text(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = sp_xmalloc(DS_MAX_FILE + 1);
+    const size_t n = fread(b, 1, DS_MAX_FILE, f);
+    fclose(f);
+    b[n] = 0;
+    if (n < 64 || memchr(b, 0, n)) { free(b); return NULL; }
+    *len = n;
+    return b;
+}
+
+/* ----------------------------------------------------------------------------
+ * Writing records
+ * ------------------------------------------------------------------------- */
+
+typedef struct recorder {
+    const sp_model *m;
+    sp_workspace *ws;
+    const sp_distill_opts *o;
+    FILE *f;
+    float *logits;                   /* (DS_CHUNK, n_vocab) */
+    float *taps;                     /* (DS_CHUNK, 3, n_embd) */
+    int32_t *ids;                    /* (seq, k) */
+    uint16_t *probs, *btaps;
+    int cap_rows;
+    uint32_t n_seqs;
+    uint64_t n_tokens;
+} recorder;
+
+/* The k most likely ids of a row and their probabilities (softmax over the
+ * whole vocabulary). */
+static void top_k(const float *row, int V, int k, int32_t *ids, uint16_t *probs) {
+    float max = row[0];
+    for (int i = 1; i < V; i++) max = row[i] > max ? row[i] : max;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)row[i] - max);
+    int n = 0;
+    for (int i = 0; i < V; i++) {
+        if (n == k && !(row[i] > row[ids[k - 1]])) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && row[i] > row[ids[j - 1]]) { ids[j] = ids[j - 1]; j--; }
+        ids[j] = i;
+    }
+    for (int j = 0; j < k; j++) probs[j] = sp_f32_to_f16((float)(exp((double)row[ids[j]] - max) / sum));
+}
+
+static int put(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
+
+/* Runs the target over a sequence (taps + every row's logits) and appends
+ * its record. */
+static int record(recorder *r, const int32_t *toks, int n, int loss_from, sp_err *err) {
+    const int d = r->m->hp.n_embd, V = r->m->hp.n_vocab, k = r->o->top_k;
+    SP_VEC_GROW(r->ids, r->cap_rows, (size_t)n * k);
+    r->probs = sp_xrealloc(r->probs, (size_t)r->cap_rows * sizeof *r->probs);
+    r->btaps = sp_xrealloc(r->btaps, (size_t)n * 3 * d * sizeof *r->btaps);
+    sp_kv *kv = sp_kv_create(r->m, n);
+    int rc = 0;
+    for (int at = 0; at < n && !rc; at += DS_CHUNK) {
+        const int c = n - at < DS_CHUNK ? n - at : DS_CHUNK;
+        sp_fwd_seq q = { .kv = kv, .tokens = toks + at, .n = c, .mode = SP_LOGITS_ALL, .logits = r->logits,
+                         .tap_layers = r->o->tap_layers, .n_taps = 3, .taps = r->taps };
+        rc = sp_model_forward_batch(r->m, r->ws, &q, 1, err);
+        for (int i = 0; i < c && !rc; i++) {
+            top_k(r->logits + (size_t)i * V, V, k, r->ids + (size_t)(at + i) * k, r->probs + (size_t)(at + i) * k);
+            for (int e = 0; e < 3 * d; e++) r->btaps[((size_t)(at + i)) * 3 * d + e] = sp_f32_to_bf16(r->taps[(size_t)i * 3 * d + e]);
+        }
+    }
+    sp_kv_free(kv);
+    if (rc) return -1;
+    const uint32_t hdr[2] = { (uint32_t)n, (uint32_t)loss_from };
+    const size_t pb = (size_t)n * k * 2, pad = (4 - pb % 4) % 4, zero = 0;
+    if (put(r->f, hdr, sizeof hdr) || put(r->f, toks, (size_t)n * 4) || put(r->f, r->ids, (size_t)n * k * 4) ||
+        put(r->f, r->probs, pb) || put(r->f, &zero, pad) || put(r->f, r->btaps, (size_t)n * 3 * d * 2))
+        return sp_err_set(err, "distill: writing the data file: %s", strerror(errno));
+    r->n_seqs++;
+    r->n_tokens += (uint64_t)n;
+    return 0;
+}
+
+static int write_header(recorder *r) {
+    char h[DS_HEADER] = { 0 };
+    memcpy(h, DS_MAGIC, 8);
+    const uint32_t d = (uint32_t)r->m->hp.n_embd, k = (uint32_t)r->o->top_k;
+    memcpy(h + 8, &d, 4);
+    memcpy(h + 12, &k, 4);
+    memcpy(h + 16, r->o->tap_layers, 12);
+    memcpy(h + 28, &r->n_seqs, 4);
+    memcpy(h + 32, &r->n_tokens, 8);
+    memcpy(h + 40, r->m->fingerprint, 17);
+    rewind(r->f);
+    return put(r->f, h, sizeof h);
+}
+
+/* ----------------------------------------------------------------------------
+ * Making sequences
+ * ------------------------------------------------------------------------- */
+
+typedef struct answer {
+    sp_tokens seq;                   /* prompt, then the answer */
+    int n_prompt;
+    bool done;
+} answer;
+
+static sp_emit_result on_answer(void *ud, int32_t tok, bool drafted, const float *logits) {
+    (void)drafted; (void)logits;
+    sp_tokens_push(&((answer *)ud)->seq, tok);
+    return SP_EMIT_CONTINUE;
+}
+
+/* The prompt asking for an answer about a snippet. */
+static char *make_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, const sp_gguf *g, const char *snip,
+                         uint64_t r, sp_err *err) {
+    if (!o->chat) return sp_xstrdup(snip);
+    static const char *const asks[] = {
+        "Summarize the following text in a few sentences.", "Explain what the following is about.",
+        "Continue the following text.", "What are the main points of this text? Answer with a short list.",
+        "Rewrite the following text in plain language.", "Write three questions about this text and answer them.",
+    };
+    const char *ask = asks[r % (sizeof asks / sizeof *asks)];
+    char *user = sp_xmalloc(strlen(ask) + strlen(snip) + 3);
+    sprintf(user, "%s\n\n%s", ask, snip);
+    const sp_chat_msg msg = { "user", user };
+    char sys[1024], *text = NULL;
+    (void)tok;
+    const int rc = sp_chat_render(sp_chat_detect(g), &msg, 1, true, sp_chat_default_system(g, sys, sizeof sys), &text, err);
+    free(user);
+    return rc ? NULL : text;
+}
+
+/* A snippet of about `chars` characters from a random line start. */
+static char *snippet(const char *text, size_t len, size_t chars, sp_rng *rng) {
+    size_t at = len > chars ? (size_t)(sp_rng_next(rng) % (len - chars)) : 0;
+    while (at > 0 && text[at - 1] != '\n') at--;
+    const size_t n = len - at < chars ? len - at : chars;
+    char *s = sp_xmalloc(n + 1);
+    memcpy(s, text + at, n);
+    s[n] = 0;
+    return s;
+}
+
+/* Generates answers for a batch of prompts in the context's slots. */
+static int answer_batch(sp_ctx *ctx, answer *a, int n, const sp_distill_opts *o, uint64_t seed, sp_err *err) {
+    int ids[64];
+    for (int i = 0; i < n; i++) {
+        sp_seq_params p = sp_seq_default_params();
+        p.prompt = a[i].seq.ids;
+        p.n_prompt = a[i].seq.n;
+        p.max_tokens = o->answer_tokens;
+        p.sampling.temperature = i % 2 ? 0.7f : 0.0f;   /* greedy answers, and sampled ones for variety */
+        p.sampling.top_k = 40;
+        p.sampling.top_p = 0.95f;
+        p.sampling.seed = seed + (uint64_t)i;
+        p.emit = on_answer;
+        p.ud = &a[i];
+        if ((ids[i] = sp_ctx_add(ctx, &p, err)) < 0) return -1;
+    }
+    while (sp_ctx_step(ctx) > 0) {}
+    for (int i = 0; i < n; i++) {
+        if (sp_ctx_seq_finish(ctx, ids[i]) == SP_FINISH_ERROR) {
+            sp_err_set(err, "distill: %s", sp_ctx_seq_error(ctx, ids[i]));
+            return -1;
+        }
+        sp_ctx_remove(ctx, ids[i]);
+    }
+    return 0;
+}
+
+int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path, sp_distill_progress progress,
+                    void *ud, sp_err *err) {
+    const sp_model *m = sp_ctx_model(ctx);
+    const sp_tokenizer *tok = sp_ctx_tokenizer(ctx);
+    corpus c = { 0 };
+    for (int i = 0; i < o->n_paths; i++) walk(&c, o->paths[i], 0);
+    if (c.n == 0) return sp_err_set(err, "distill: no text files under the data paths");
+    sp_rng rng = { o->seed ^ 0x5eedULL };
+    for (int i = c.n - 1; i > 0; i--) {          /* shuffle the files */
+        const int j = (int)(sp_rng_next(&rng) % (uint64_t)(i + 1));
+        char *t = c.paths[i]; c.paths[i] = c.paths[j]; c.paths[j] = t;
+    }
+    recorder r = { .m = m, .o = o };
+    r.ws = sp_workspace_create(m, DS_CHUNK, sp_ctx_pool(ctx));
+    r.logits = sp_alloc_aligned((size_t)DS_CHUNK * m->hp.n_vocab * sizeof(float));
+    r.taps = sp_alloc_aligned((size_t)DS_CHUNK * 3 * m->hp.n_embd * sizeof(float));
+    r.f = fopen(out_path, "wb");
+    int rc = r.f ? write_header(&r) : sp_err_set(err, "distill: cannot create %s: %s", out_path, strerror(errno));
+    const int slots = sp_ctx_n_slots(ctx) < 64 ? sp_ctx_n_slots(ctx) : 64;
+    answer *ans = sp_xcalloc((size_t)slots, sizeof *ans);
+    const uint64_t answer_goal = (uint64_t)((double)o->max_tokens * o->answer_share);
+    uint64_t answer_tokens = 0;
+    for (int fi = 0; !rc && fi < c.n && r.n_tokens < (uint64_t)o->max_tokens; fi++) {
+        size_t len;
+        char *text = read_text(c.paths[fi], &len);
+        if (!text) continue;
+        /* answers while they are below their share of what is recorded */
+        const bool want_answers = answer_tokens < answer_goal &&
+                                  (double)answer_tokens <= o->answer_share * (double)r.n_tokens;
+        if (want_answers) {
+            /* one batch of answers about snippets of this file */
+            int na = 0;
+            for (; na < slots && !rc; na++) {
+                char *snip = snippet(text, len, 700, &rng);
+                char *prompt = make_prompt(o, tok, m->gguf, snip, sp_rng_next(&rng), err);
+                free(snip);
+                if (!prompt) { rc = -1; break; }
+                memset(&ans[na], 0, sizeof ans[na]);
+                rc = sp_tokenize(tok, prompt, strlen(prompt), sp_tokenizer_add_bos(tok), o->chat, &ans[na].seq, err);
+                free(prompt);
+                if (!rc && ans[na].seq.n > o->seq_len / 2) ans[na].seq.n = o->seq_len / 2;   /* keep room for the answer */
+                ans[na].n_prompt = ans[na].seq.n;
+            }
+            if (!rc) rc = answer_batch(ctx, ans, na, o, o->seed + (uint64_t)fi * 1000, err);
+            for (int i = 0; i < na; i++) {
+                if (!rc && ans[i].seq.n > ans[i].n_prompt + 4) {
+                    rc = record(&r, ans[i].seq.ids, ans[i].seq.n, ans[i].n_prompt - 1, err);
+                    answer_tokens += (uint64_t)(ans[i].seq.n - ans[i].n_prompt);
+                }
+                sp_tokens_free(&ans[i].seq);
+            }
+        } else {
+            /* windows of the text itself */
+            sp_tokens t = { 0 };
+            rc = sp_tokenize(tok, text, len, false, false, &t, err);
+            const int32_t bos = sp_tokenizer_bos(tok);
+            const bool add_bos = sp_tokenizer_add_bos(tok) && bos >= 0;
+            int32_t *win = sp_xmalloc((size_t)(o->seq_len + 1) * sizeof *win);
+            for (int at = 0; !rc && at + 32 <= t.n && r.n_tokens < (uint64_t)o->max_tokens; at += o->seq_len) {
+                int n = 0;
+                if (add_bos) win[n++] = bos;
+                for (int i = at; i < t.n && n < o->seq_len; i++) win[n++] = t.ids[i];
+                rc = record(&r, win, n, 0, err);
+            }
+            free(win);
+            sp_tokens_free(&t);
+        }
+        free(text);
+        if (progress && !rc) progress(ud, r.n_tokens, (uint64_t)o->max_tokens, answer_tokens);
+    }
+    if (!rc && r.n_seqs == 0) rc = sp_err_set(err, "distill: the data paths gave no usable text");
+    if (!rc && (write_header(&r) || fflush(r.f)))
+        rc = sp_err_set(err, "distill: writing %s: %s", out_path, strerror(errno));
+    if (r.f && fclose(r.f) && !rc) rc = sp_err_set(err, "distill: closing %s: %s", out_path, strerror(errno));
+    for (int i = 0; i < c.n; i++) free(c.paths[i]);
+    free(c.paths);
+    free(ans);
+    free(r.ids);
+    free(r.probs);
+    free(r.btaps);
+    sp_free_aligned(r.logits);
+    sp_free_aligned(r.taps);
+    sp_workspace_free(r.ws);
+    if (rc) unlink(out_path);
+    return rc;
+}
+
+/* ----------------------------------------------------------------------------
+ * Reading
+ * ------------------------------------------------------------------------- */
+
+struct sp_distill {
+    const uint8_t *map;
+    size_t size;
+    sp_distill_info info;
+    size_t *off;                     /* (n_seqs) offset of each record */
+};
+
+static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+/* Walks the records, checking that each fits the file and its fields make
+ * sense; fills the offsets. */
+static int index_records(sp_distill *ds, sp_err *err) {
+    const sp_distill_info *in = &ds->info;
+    ds->off = sp_xmalloc((size_t)in->n_seqs * sizeof *ds->off);
+    size_t at = DS_HEADER;
+    uint64_t tokens = 0;
+    for (uint32_t i = 0; i < in->n_seqs; i++) {
+        if (ds->size - at < 8) return sp_err_set(err, "distill data: sequence %u is cut off", i);
+        const uint32_t n = rd32(ds->map + at), lf = rd32(ds->map + at + 4);
+        if (n < 2 || n > 65536 || lf >= n) return sp_err_set(err, "distill data: sequence %u has %u tokens, loss from %u", i, n, lf);
+        const size_t pb = (size_t)n * in->top_k * 2;
+        const size_t bytes = 8 + (size_t)n * 4 + (size_t)n * in->top_k * 4 + pb + (4 - pb % 4) % 4 + (size_t)n * 3 * in->n_embd * 2;
+        if (ds->size - at < bytes) return sp_err_set(err, "distill data: sequence %u is cut off", i);
+        ds->off[i] = at;
+        at += bytes;
+        tokens += n;
+    }
+    if (tokens != in->n_tokens || at != ds->size)
+        return sp_err_set(err, "distill data: %llu tokens in %zu bytes, the header says %llu tokens", (unsigned long long)tokens,
+                          at, (unsigned long long)in->n_tokens);
+    return 0;
+}
+
+sp_distill *sp_distill_open(const char *path, sp_err *err) {
+    const int fd = open(path, O_RDONLY);
+    if (fd < 0) { sp_err_set(err, "distill data: cannot open %s: %s", path, strerror(errno)); return NULL; }
+    struct stat st;
+    void *map = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && st.st_size >= DS_HEADER)
+        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) { sp_err_set(err, "distill data: %s is not a data file (too short or unreadable)", path); return NULL; }
+    sp_distill *ds = sp_xcalloc(1, sizeof *ds);
+    ds->map = map;
+    ds->size = (size_t)st.st_size;
+    sp_distill_info *in = &ds->info;
+    int rc = 0;
+    if (memcmp(map, DS_MAGIC, 8)) rc = sp_err_set(err, "distill data: %s is not a data file (bad magic)", path);
+    if (!rc) {
+        in->n_embd = (int)rd32(ds->map + 8);
+        in->top_k = (int)rd32(ds->map + 12);
+        memcpy(in->tap_layers, ds->map + 16, 12);
+        in->n_seqs = rd32(ds->map + 28);
+        memcpy(&in->n_tokens, ds->map + 32, 8);
+        memcpy(in->fingerprint, ds->map + 40, 16);
+        in->fingerprint[16] = 0;
+        if (in->n_embd < 1 || in->n_embd > 65536 || in->top_k < 1 || in->top_k > 256 || in->n_seqs > (1u << 24))
+            rc = sp_err_set(err, "distill data: %s has a bad header", path);
+    }
+    if (!rc) rc = index_records(ds, err);
+    if (rc) { sp_err_prefix(err, "%s", path); sp_distill_close(ds); return NULL; }
+    return ds;
+}
+
+void sp_distill_close(sp_distill *ds) {
+    if (!ds) return;
+    munmap((void *)ds->map, ds->size);
+    free(ds->off);
+    free(ds);
+}
+
+const sp_distill_info *sp_distill_info_of(const sp_distill *ds) { return &ds->info; }
+
+void sp_distill_get(const sp_distill *ds, uint32_t i, sp_distill_seq *out) {
+    const uint8_t *p = ds->map + ds->off[i];
+    const int k = ds->info.top_k;
+    out->n = (int)rd32(p);
+    out->loss_from = (int)rd32(p + 4);
+    p += 8;
+    out->tokens = (const int32_t *)(const void *)p;
+    p += (size_t)out->n * 4;
+    out->ids = (const int32_t *)(const void *)p;
+    p += (size_t)out->n * k * 4;
+    out->probs = (const uint16_t *)(const void *)p;
+    const size_t pb = (size_t)out->n * k * 2;
+    p += pb + (4 - pb % 4) % 4;
+    out->taps = (const uint16_t *)(const void *)p;
+}
