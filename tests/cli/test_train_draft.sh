@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# specula train-draft end to end on a tiny budget (seconds, not a real
+# training run): data from a small text folder, a head trained and written,
+# then used by run --spec eagle with output equal to plain decoding; the
+# data file is reused; bad options and foreign data are refused.  TAP output.
+cd "$(dirname "$0")/../.."
+BIN=build/release/specula
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+check() { local name="$1"; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/text"
+cp /usr/share/common-licenses/Apache-2.0 /usr/share/common-licenses/GPL-3 "$tmp/text/" 2>/dev/null
+python3 - "$tmp/text/notes.txt" <<'EOF'
+import sys
+lines = [f"Item {i}: the quick brown fox number {i} jumps over the lazy dog number {i + 1}." for i in range(300)]
+open(sys.argv[1], "w").write("\n".join(lines) + "\n")
+EOF
+
+small=(--data "$tmp/text" --tokens 1500 --seq-len 48 --draft-vocab 512 --batch 4 --eval-every 0 -t 2)
+"$BIN" train-draft -m smollm2-135m -o "$tmp/h.gguf" "${small[@]}" > "$tmp/out" 2> "$tmp/err"; rc=$?
+check "train-draft trains and writes a head" bash -c "[ $rc -eq 0 ] && [ -s '$tmp/h.gguf' ]"
+[ $rc -ne 0 ] && tail -5 "$tmp/err" | sed 's/^/# /'
+check "it prints held-out acceptance per position and the data/training times" \
+    bash -c "tr '\r' '\n' < '$tmp/err' | grep -q 'held-out acceptance of a chain of 1..3 drafts' && grep -q 'wrote' '$tmp/err'"
+check "the data file is kept beside the head" test -s "$tmp/h.gguf.distill"
+check "a checkpoint is kept" test -s "$tmp/h.gguf.ckpt"
+
+p="Item 7: the quick brown fox"
+"$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0 -q > "$tmp/plain" 2>/dev/null
+"$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0 --spec eagle --draft-head "$tmp/h.gguf" > "$tmp/spec" 2> "$tmp/spec.err"
+check "run --spec eagle with the trained head gives plain decoding's text" cmp -s "$tmp/plain" "$tmp/spec"
+check "and reports its drafts" grep -q "spec eagle:" "$tmp/spec.err"
+"$BIN" run -m smollm2-135m -p "$p" -n 24 --temp 0.8 --seed 5 -q > "$tmp/plain8" 2>/dev/null
+"$BIN" run -m smollm2-135m -p "$p" -n 24 --temp 0.8 --seed 5 -q --spec suffix,eagle --draft-head "$tmp/h.gguf" > "$tmp/spec8" 2>/dev/null
+check "suffix,eagle at T=0.8 (seeded) gives plain decoding's text" cmp -s "$tmp/plain8" "$tmp/spec8"
+
+# the data is reused when it matches: the second run does not record again
+"$BIN" train-draft -m smollm2-135m -o "$tmp/h2.gguf" --data-file "$tmp/h.gguf.distill" "${small[@]}" > /dev/null 2> "$tmp/err2"; rc=$?
+check "a matching data file is reused" bash -c "[ $rc -eq 0 ] && ! grep -q 'recording' '$tmp/err2'"
+# a head for SmolLM2 is refused for Gemma, naming both
+"$BIN" run -m gemma3-270m -p hi -n 4 --spec eagle --draft-head "$tmp/h.gguf" > /dev/null 2> "$tmp/e"; rc=$?
+check "a SmolLM2 head is refused for Gemma" bash -c "[ $rc -eq 1 ] && grep -q 'draft head' '$tmp/e'"
+# data made by another model is refused
+"$BIN" train-draft -m gemma3-270m -o "$tmp/g.gguf" --data-file "$tmp/h.gguf.distill" "${small[@]}" --tokens 1000 \
+    > /dev/null 2> "$tmp/e"; rc=$?
+check "data of another model is not reused (recorded again)" bash -c "grep -q 'recording' '$tmp/e' || [ $rc -ne 0 ]"
+# usage errors
+"$BIN" train-draft -m smollm2-135m > /dev/null 2> "$tmp/e"; rc=$?
+check "no -o exits 2" bash -c "[ $rc -eq 2 ] && grep -q 'no output' '$tmp/e'"
+"$BIN" train-draft -m smollm2-135m -o "$tmp/x.gguf" --ttt 9 > /dev/null 2> "$tmp/e"; rc=$?
+check "--ttt out of range exits 2" test $rc -eq 2
+"$BIN" train-draft -m smollm2-135m -o "$tmp/x.gguf" --answers poems > /dev/null 2> "$tmp/e"; rc=$?
+check "--answers takes chat or text" bash -c "[ $rc -eq 2 ] && grep -q 'chat or text' '$tmp/e'"
+printf 'SPDSTL01garbage' > "$tmp/bad.distill"
+"$BIN" train-draft -m smollm2-135m -o "$tmp/y.gguf" --data-file "$tmp/bad.distill" --data "$tmp/text" --tokens 1000 \
+    --seq-len 48 --draft-vocab 512 --eval-every 0 > /dev/null 2> "$tmp/e"; rc=$?
+check "a corrupt data file is reported and made again" bash -c "[ $rc -eq 0 ] && grep -q 'unusable' '$tmp/e'"
+"$BIN" run -m smollm2-135m -p hi -n 4 --spec eagle > /dev/null 2> "$tmp/e"; rc=$?
+check "--spec eagle without a head says what it needs" bash -c "[ $rc -ne 0 ] && grep -q 'draft-head' '$tmp/e'"
+echo "1..$n"
