@@ -135,6 +135,8 @@ install:
 	install -m 755 build/release/libspecula.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libspecula.so.$(SOVERSION)
 	ln -sf libspecula.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libspecula.so
 	install -m 644 include/specula.h $(DESTDIR)$(PREFIX)/include/specula.h
+	install -d $(DESTDIR)$(PREFIX)/share/specula/drafters
+	for f in drafters/*.gguf; do [ -f "$$f" ] && install -m 644 "$$f" $(DESTDIR)$(PREFIX)/share/specula/drafters/; done; true
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 	    -e 's|@LIBS_PRIVATE@|$(LIBS)|g' specula.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/specula.pc
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const struct { const char *name, *file, *self_layers; } sp_known_models[] = {
     /* self layers: from `specula tune-self` (BENCHMARKS.md).  On these small
@@ -107,10 +108,42 @@ static const char *self_default(const sp_model *m, char *buf, size_t cap) {
     return NULL;
 }
 
+/* The shipped head for a model (drafters/<name>.eagle3.gguf, found by the
+ * model's file name): in $SPECULA_DRAFTERS, beside the source tree the
+ * binary was built in (build/<kind>/specula -> drafters/), or where make
+ * install put it (PREFIX/bin/specula -> PREFIX/share/specula/drafters). */
+static const char *default_head(const sp_model *m, char *buf, size_t cap) {
+    const char *base = strrchr(m->path, '/');
+    base = base ? base + 1 : m->path;
+    const char *name = NULL;
+    for (size_t i = 0; i < sizeof sp_known_models / sizeof *sp_known_models; i++)
+        if (!strcmp(base, sp_known_models[i].file)) name = sp_known_models[i].name;
+    if (!name) return NULL;
+    char exe[2048], dirs[3][2100];
+    int nd = 0;
+    const char *env = getenv("SPECULA_DRAFTERS");
+    if (env && *env) snprintf(dirs[nd++], sizeof dirs[0], "%.2000s", env);
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        snprintf(dirs[nd++], sizeof dirs[0], "%.2000s/../../drafters", exe);
+        snprintf(dirs[nd++], sizeof dirs[0], "%.2000s/../share/specula/drafters", exe);
+    }
+    struct stat st;
+    for (int i = 0; i < nd; i++) {
+        snprintf(buf, cap, "%.2100s/%.64s.eagle3.gguf", dirs[i], name);
+        if (stat(buf, &st) == 0 && S_ISREG(st.st_mode)) return buf;
+    }
+    return NULL;
+}
+
 sp_drafter *sp_engine_drafter(const sp_engine *e, const char *method, const sp_spec_cli *o, sp_err *err) {
     sp_drafter_opts d = o->d;
-    char path[4096], layers[1024];
+    char path[4096], layers[1024], head[4096];
     if (!d.self_layers) d.self_layers = self_default(e->model, layers, sizeof layers);
+    if (!d.draft_head) d.draft_head = default_head(e->model, head, sizeof head);
     if (o->draft_model) {
         if (sp_resolve_model(o->draft_model, path, sizeof path, err)) return NULL;
         d.draft_model = path;

@@ -161,7 +161,8 @@ out:
 
 static sp_drafter *create_eagle(const sp_drafter_opts *o, sp_err *err) {
     if (!o->draft_head || !o->target) {
-        sp_err_set(err, "method 'eagle' needs a draft head (--draft-head PATH) and the target model");
+        sp_err_set(err, "method 'eagle' needs a draft head (--draft-head PATH; heads for smollm2-135m and "
+                   "gemma3-270m ship in drafters/, others are made with specula train-draft)");
         return NULL;
     }
     const sp_eagle_opts eo = { .n_ctx = o->dm.n_ctx, .min_prob = o->dm.min_prob > 0 ? o->dm.min_prob : -1 };

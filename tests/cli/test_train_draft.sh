@@ -57,6 +57,8 @@ printf 'SPDSTL01garbage' > "$tmp/bad.distill"
 "$BIN" train-draft -m smollm2-135m -o "$tmp/y.gguf" --data-file "$tmp/bad.distill" --data "$tmp/text" --tokens 1000 \
     --seq-len 48 --draft-vocab 512 --eval-every 0 > /dev/null 2> "$tmp/e"; rc=$?
 check "a corrupt data file is reported and made again" bash -c "[ $rc -eq 0 ] && grep -q 'unusable' '$tmp/e'"
-"$BIN" run -m smollm2-135m -p hi -n 4 --spec eagle > /dev/null 2> "$tmp/e"; rc=$?
+# a model with no shipped head (a renamed copy) and no --draft-head
+ln -s "${XDG_CACHE_HOME:-$HOME/.cache}/specula/models/SmolLM2-135M-Instruct.Q4_1.gguf" "$tmp/unknown.gguf"
+"$BIN" run -m "$tmp/unknown.gguf" -p hi -n 4 --spec eagle > /dev/null 2> "$tmp/e"; rc=$?
 check "--spec eagle without a head says what it needs" bash -c "[ $rc -ne 0 ] && grep -q 'draft-head' '$tmp/e'"
 echo "1..$n"
