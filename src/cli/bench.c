@@ -247,17 +247,24 @@ static void aggregate(const prompt *ps, int np, result *res, int nm, const char 
     }
 }
 
-static void print_rows(const char *label, const agg *a, const bench_opts *o) {
+/* Seconds of drafting per draft token over the time of a one-row target
+ * forward (t(1) of the cost curve): c in S = tau / (t(k+1)/t(1) + k c). */
+static double draft_cost(const sp_spec_stats *s, const sp_cost_curve *cost) {
+    if (!cost || !cost->valid || s->drafted <= 0) return 0;
+    return sp_ns_to_s(s->draft_ns) / (double)s->drafted / cost->t[1];
+}
+
+static void print_rows(const char *label, const agg *a, const bench_opts *o, const sp_cost_curve *cost) {
     const double plain_tps = a[0].secs > 0 ? a[0].tokens / a[0].secs : 0;
     for (int m = 0; m < o->n_methods; m++) {
         const double tps = a[m].secs > 0 ? a[m].tokens / a[m].secs : 0;
         const bool plain = !strcmp(o->methods[m], "plain");
         printf("%-12s %-8s %8.1f %7.2fx", label, o->methods[m], tps, plain_tps > 0 ? tps / plain_tps : 0);
-        if (plain) printf(" %8s %9s %8s %9s\n", "-", "-", "1.00", "-");
+        if (plain) printf(" %8s %9s %8s %9s %7s\n", "-", "-", "1.00", "-", "-");
         else
-            printf(" %7.1f%% %9.2f %8.2f %9s\n", 100 * sp_stats_accept_rate(&a[m].stats),
+            printf(" %7.1f%% %9.2f %8.2f %9s %6.1f%%\n", 100 * sp_stats_accept_rate(&a[m].stats),
                    sp_stats_mean_accept_len(&a[m].stats), sp_stats_tokens_per_forward(&a[m].stats),
-                   o->temp == 0 ? (a[m].lossless ? "yes" : "NO") : "n/a");
+                   o->temp == 0 ? (a[m].lossless ? "yes" : "NO") : "n/a", 100 * draft_cost(&a[m].stats, cost));
     }
 }
 
@@ -276,6 +283,7 @@ static json_t *agg_json(const agg *a, const bench_opts *o) {
         json_object_set_new(r, "mean_acceptance_length_first_repeat",
                             json_real(sp_stats_mean_accept_len(&a[m].first)));
         json_object_set_new(r, "tokens_per_forward", json_real(sp_stats_tokens_per_forward(&a[m].stats)));
+        json_object_set_new(r, "draft_ns", json_integer((json_int_t)a[m].stats.draft_ns));
         json_object_set_new(r, "drafted", json_integer(a[m].stats.drafted));
         json_object_set_new(r, "accepted", json_integer(a[m].stats.accepted));
         json_t *pos = json_array();
@@ -418,13 +426,14 @@ int sp_cmd_bench(int argc, char **argv) {
     result *res = NULL;
     int np = 0, rc = SP_EXIT_FAIL;
     const int nm = o.n_methods;
-    const sp_cost_curve *cost;
+    const sp_cost_curve *cost = NULL;
     sp_tokens warm = { 0 };
     if (sp_engine_open(&eo, &e, &err)) { fprintf(stderr, "specula bench: %s\n", err.msg); goto out_free; }
     for (int m = 1; m < o.n_methods; m++)
         if (!(drafters[m] = sp_engine_drafter(&e, o.methods[m], &o.spec, &err))) goto fail;
     if (load_prompts(&o, &e, ps, &np, &err)) goto fail;
-    if (o.draft_max == SP_DRAFT_ADAPTIVE && sp_ctx_cost(e.ctx, &cost, &err)) goto fail;
+    /* t(K): the adaptive length needs it, and draft-c is measured against t(1) */
+    if (nm > 1 && sp_ctx_cost(e.ctx, &cost, &err)) goto fail;
     if (warmup_prompt(&e, &warm, &err)) goto fail;
 
     /* warm-up: a prompt outside the set, short, every method */
@@ -485,17 +494,19 @@ int sp_cmd_bench(int argc, char **argv) {
            e.model->name, e.threads, np, o.prompts_path, (double)o.temp, o.repeats,
            o.draft_max == SP_DRAFT_ADAPTIVE ? "adaptive" : "fixed");
     if (o.draft_max != SP_DRAFT_ADAPTIVE) printf("# draft-max %d\n", o.draft_max);
-    printf("%-12s %-8s %8s %8s %8s %9s %8s %9s\n", "category", "method", "tok/s", "speedup", "accept",
-           "mean-len", "tok/fwd", "lossless");
+    printf("# draft-c: drafting time per draft token / a one-row target forward (t(1) = %.2f ms)\n",
+           cost && cost->valid ? cost->t[1] * 1e3 : 0.0);
+    printf("%-12s %-8s %8s %8s %8s %9s %8s %9s %7s\n", "category", "method", "tok/s", "speedup", "accept",
+           "mean-len", "tok/fwd", "lossless", "draft-c");
     agg *ag = sp_xcalloc((size_t)nm, sizeof *ag);
     json_t *jcats = json_object();
     for (int c = 0; c < nc; c++) {
         aggregate(ps, np, res, nm, cats[c], ag);
-        print_rows(cats[c], ag, &o);
+        print_rows(cats[c], ag, &o, cost);
         json_object_set_new(jcats, cats[c], agg_json(ag, &o));
     }
     aggregate(ps, np, res, nm, NULL, ag);
-    print_rows("overall", ag, &o);
+    print_rows("overall", ag, &o, cost);
     if (o.repeats > 1 && nm > 1) {
         /* later repeats of a prompt meet drafters that remember earlier
          * outputs (suffix's engine-wide trie): say what the first saw */
