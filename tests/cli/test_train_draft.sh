@@ -26,6 +26,11 @@ check "it prints held-out acceptance per position and the data/training times" \
     bash -c "tr '\r' '\n' < '$tmp/err' | grep -q 'held-out acceptance of a chain of 1..3 drafts' && grep -q 'wrote' '$tmp/err'"
 check "the data file is kept beside the head" test -s "$tmp/h.gguf.distill"
 check "a checkpoint is kept" test -s "$tmp/h.gguf.ckpt"
+# what llama.cpp's eagle3 loader reads, checked with llama.cpp's own gguf-py
+py=$(tests/tools/gguf_python.sh)
+"$py" tests/tools/check_eagle3_gguf.py "$tmp/h.gguf" 30 49152 > "$tmp/chk" 2>&1
+check "the head has llama.cpp's eagle3 layout (gguf-py)" grep -q '^ok:' "$tmp/chk"
+grep -v '^ok:' "$tmp/chk" | sed 's/^/# /'
 
 p="Item 7: the quick brown fox"
 "$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0 -q > "$tmp/plain" 2>/dev/null
