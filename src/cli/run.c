@@ -32,7 +32,7 @@ static const char run_help[] =
     "      --stop TEXT         stop when TEXT is generated (repeatable)\n"
     "      --ignore-eos        keep generating after end-of-generation tokens\n"
     "      --spec METHOD       speculative decoding: none (default), ngram, suffix, draft,\n"
-    "                          self, or a combination tried in order (e.g. ngram,draft)\n"
+    "                          self, eagle, or a combination tried in order (e.g. suffix,eagle)\n"
     SP_SPEC_OPTS_HELP
     "  -q, --quiet             no statistics on stderr\n"
     "  -h, --help              this help\n";

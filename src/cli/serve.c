@@ -30,7 +30,7 @@ static const char serve_help[] =
     "      --max-body BYTES    request body limit (default 1048576)\n"
     "      --timeout S         idle connection timeout in seconds (default 600)\n"
     "      --shutdown-timeout S  on SIGINT/SIGTERM, running requests get S seconds (default 10)\n"
-    "      --spec METHOD       default speculation: ngram (default), suffix, draft, self, a\n"
+    "      --spec METHOD       default speculation: ngram (default), suffix, draft, self, eagle, a\n"
     "                          combination (e.g. ngram,draft) or none.  Requests choose with\n"
     "                          {\"speculative\": {\"method\": M, \"draft_max\": N}} among none,\n"
     "                          ngram, suffix and the --spec method\n"
