@@ -28,7 +28,8 @@ static const char bench_help[] =
     "options:\n"
     SP_ENGINE_OPTS_HELP
     "      --prompts FILE      JSONL prompts (default bench/prompts.jsonl): one\n"
-    "                          {\"id\",\"category\",\"messages\",\"max_tokens\"} per line\n"
+    "                          {\"id\",\"category\",\"messages\" or \"prompt\" (raw text, no chat\n"
+    "                          template),\"max_tokens\"} per line\n"
     "      --methods LIST      comma-separated, e.g. plain,ngram,suffix,ngram+draft (default\n"
     "                          plain,ngram); A+B tries A, then B when A proposes nothing\n"
     "      --repeats N         runs per prompt and method (default 3); drafters that learn\n"
@@ -89,12 +90,14 @@ static int load_prompts(const bench_opts *o, const sp_engine *e, prompt *ps, int
         json_error_t je;
         json_t *j = json_loads(line, 0, &je);
         json_t *msgs = j ? json_object_get(j, "messages") : NULL;
+        const char *raw = j ? json_string_value(json_object_get(j, "prompt")) : NULL;
         const char *id = j ? json_string_value(json_object_get(j, "id")) : NULL;
         const char *cat = j ? json_string_value(json_object_get(j, "category")) : NULL;
         json_t *mt = j ? json_object_get(j, "max_tokens") : NULL;
-        if (!j || !json_is_array(msgs) || !id || !cat || !json_is_integer(mt) ||
+        if (!j || (!json_is_array(msgs) && !raw) || (msgs && raw) || !id || !cat || !json_is_integer(mt) ||
             json_integer_value(mt) < 1 || json_integer_value(mt) > 100000) {
-            rc = sp_err_set(err, "%s:%d: expected {\"id\",\"category\",\"messages\":[...],\"max_tokens\"}%s%s",
+            rc = sp_err_set(err, "%s:%d: expected {\"id\",\"category\",\"messages\":[...] or \"prompt\":\"raw "
+                            "text\",\"max_tokens\"}%s%s",
                             o->prompts_path, lineno, j ? "" : ": ", j ? "" : je.text);
             json_decref(j);
             break;
@@ -110,11 +113,12 @@ static int load_prompts(const bench_opts *o, const sp_engine *e, prompt *ps, int
             if (!cm[i].role || !cm[i].content) ok = false;
         }
         char *text = NULL;
-        if (!ok) rc = sp_err_set(err, "%s:%d: every message needs string role and content", o->prompts_path, lineno);
+        if (raw) text = sp_xstrdup(raw);   /* text continuation: no chat template */
+        else if (!ok) rc = sp_err_set(err, "%s:%d: every message needs string role and content", o->prompts_path, lineno);
         else if (sp_chat_render(fmt, cm, (int)nm, true, sys, &text, err)) rc = sp_err_prefix(err, "%s:%d", o->prompts_path, lineno);
         prompt *p = &ps[n];
         memset(p, 0, sizeof *p);
-        if (!rc && sp_tokenize(e->tok, text, strlen(text), sp_tokenizer_add_bos(e->tok), true, &p->toks, err))
+        if (!rc && sp_tokenize(e->tok, text, strlen(text), sp_tokenizer_add_bos(e->tok), !raw, &p->toks, err))
             rc = -1;
         free(text);
         free(cm);
