@@ -16,6 +16,7 @@
  * backward in reverse order of its forward. */
 #include "train/train.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,8 +90,8 @@ typedef struct step_act {
     float *gate, *up, *act;          /* (R, ff) */
     float *h2, *n2, *rstd2;          /* (R, d) h2 = the step's output */
     float *logits;                   /* (R, V) */
-    int32_t *koff, *kidx;
-    int n_keys;
+    int32_t *koff, *kidx;            /* key lists for rows_keys rows */
+    int n_keys, rows_keys;
 } step_act;
 
 typedef struct trainer {
@@ -130,7 +131,7 @@ static void alloc_step(step_act *s, const dims *D, int R, int k, int j) {
     s->logits = fz(r * D->V);
     s->koff = sp_xcalloc(r + 1, sizeof(int32_t));
     s->kidx = sp_xcalloc((size_t)s->n_keys, sizeof(int32_t));
-    sp_tr_attn_ttt(s->koff, s->kidx, R, j);
+    s->rows_keys = 0;                /* built for each sequence's row count */
 }
 
 static void free_step(step_act *s) {
@@ -173,6 +174,13 @@ static void forward_step(trainer *tr, int R, int j) {
     const dims *D = &tr->D;
     step_act *s = &tr->s[j];
     const int d = D->d;
+    /* the key lists index rows step by step, R to a step: a sequence of
+     * another length needs its own */
+    assert(R <= tr->R_max);
+    if (s->rows_keys != R) {
+        sp_tr_attn_ttt(s->koff, s->kidx, R, j);
+        s->rows_keys = R;
+    }
     if (j == 0) sp_tr_linear_fwd(tr->pool, s->g, tr->taps, P(tr, P_FC), NULL, R, 3 * d, d);
     else memcpy(s->g, tr->s[j - 1].h2, (size_t)R * d * sizeof(float));
     for (int p = 0; p < R; p++) sp_matrix_get_row(&tr->t->tok_embd, s->tok[p], s->e + (size_t)p * d);
