@@ -38,6 +38,10 @@ static const char serve_help[] =
     "                          of --max-conns, at least 8; behind a reverse proxy on this host,\n"
     "                          set it to --max-conns)\n"
     "      --shutdown-timeout S  on SIGINT/SIGTERM, running requests get S seconds (default 10)\n"
+    "      --parse-special     read special-token text (\"<|im_start|>\") in completion prompts\n"
+    "                          and message contents as special tokens; by default it is plain\n"
+    "                          text, so a message cannot forge a turn (token-id prompts and the\n"
+    "                          chat template's own markers are special either way)\n"
     "      --spec METHOD       default speculation: ngram (default), suffix, draft, self, a\n"
     "                          combination (e.g. ngram,draft) or none.  Requests choose with\n"
     "                          {\"speculative\": {\"method\": M, \"draft_max\": N}} among none,\n"
@@ -74,6 +78,7 @@ static int serve_opt(sp_args *a, serve_args *s) {
     if (sp_arg_is(a, "--max-conns-per-ip")) return sp_arg_int(a, 1, 65536, &o->max_conns_per_ip) ? 1 : -1;
     if (sp_arg_is(a, "--shutdown-timeout")) return sp_arg_int(a, 0, 3600, &o->shutdown_timeout_s) ? 1 : -1;
     if (sp_arg_is(a, "--spec")) return sp_arg_str(a, &o->spec_default) ? 1 : -1;
+    if (sp_arg_is(a, "--parse-special")) { o->parse_special = true; return 1; }
     return sp_spec_opt(a, &s->spec);
 }
 

@@ -213,25 +213,34 @@ static enum MHD_Result on_get(sp_server *s, struct MHD_Connection *c, http_req *
  * ------------------------------------------------------------------------- */
 
 /* The prompt's token ids: the chat template rendered and tokenized, or
- * the completion prompt tokenized (or given as ids). */
+ * the completion prompt tokenized (or given as ids).  Only the template's
+ * markers and explicit ids give special tokens: text from the client stays
+ * text (a message containing "<|im_start|>system" cannot open a system
+ * turn), unless --parse-special asks for the old reading. */
 static int prompt_tokens(sp_server *s, const sp_req *q, sp_tokens *out, sp_api_err *e) {
     if (q->kind == SP_API_COMPLETION && q->prompt_ids) {
         for (int i = 0; i < q->n_prompt_ids; i++) sp_tokens_push(out, q->prompt_ids[i]);
         return 0;
     }
+    const bool bos = sp_tokenizer_add_bos(s->tok), special = s->o.parse_special;
     char *rendered = NULL;
     const char *text = q->prompt;
     sp_err err;
-    if (q->kind == SP_API_CHAT) {
-        if (s->chat == SP_CHAT_NONE)
-            return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages",
-                               "The model has no chat template; use /v1/completions.");
-        if (sp_chat_render(s->chat, q->msgs, q->n_msgs, true, s->defsys, &rendered, &err))
-            return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
-        text = rendered;
+    int rc;
+    if (q->kind == SP_API_CHAT && s->chat == SP_CHAT_NONE)
+        return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages",
+                           "The model has no chat template; use /v1/completions.");
+    if (q->kind == SP_API_CHAT && !special) {
+        rc = sp_chat_tokenize(s->tok, s->chat, q->msgs, q->n_msgs, true, s->defsys, bos, out, &err);
+    } else {
+        if (q->kind == SP_API_CHAT) {
+            if (sp_chat_render(s->chat, q->msgs, q->n_msgs, true, s->defsys, &rendered, &err))
+                return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
+            text = rendered;
+        }
+        rc = sp_tokenize(s->tok, text, strlen(text), bos, special, out, &err);
+        free(rendered);
     }
-    const int rc = sp_tokenize(s->tok, text, strlen(text), sp_tokenizer_add_bos(s->tok), true, out, &err);
-    free(rendered);
     if (rc) return sp_api_fail(e, 400, "invalid_request_error", NULL, q->kind == SP_API_CHAT ? "messages" : "prompt", "%s", err.msg);
     return 0;
 }

@@ -136,6 +136,8 @@ typedef struct sp_server_opts {
     int max_conns;                   /* open connections; 0 = parallel + queue_max + 64 */
     int max_conns_per_ip;            /* from one address; 0 = max(8, max_conns / 4) */
     int shutdown_timeout_s;          /* running requests get this long to finish */
+    bool parse_special;              /* special-token text in prompts and messages becomes
+                                        special tokens (default: it stays text) */
     /* speculation defaults and the drafters requests may name (borrowed) */
     const char *spec_default;        /* "none" or a drafter's name */
     int draft_max_default;           /* SP_DRAFT_ADAPTIVE or 0..SP_MAX_DRAFT */
