@@ -37,7 +37,9 @@ class Server:
 
     def __init__(self, *args):
         Server.count += 1
-        self.log_path = os.path.join(ROOT, "tests", "artifacts", "serve", f"server-{Server.count}.log")
+        # named after the test script and the build: the suites run one after another
+        prefix = os.path.splitext(os.path.basename(sys.argv[0]))[0] + ("-asan" if SANITIZED else "")
+        self.log_path = os.path.join(ROOT, "tests", "artifacts", "serve", f"{prefix}-server-{Server.count}.log")
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         self.log = open(self.log_path, "w+")
         self.san_path = self.log_path[:-4] + ".sanitizer"

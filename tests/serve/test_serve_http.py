@@ -136,8 +136,9 @@ def deadline_tests(srv):
           "/health answers others at once, the 8 held are closed at the header deadline", silent_sockets)
 
     def total_cap():
-        # 6 per address, 24 in all (addresses the previous test did not use:
-        # its connections may take a moment to leave the table after EOF)
+        # 6 per address, 24 in all (addresses the previous test did not use,
+        # and a pause: its connections leave the table some 50 ms after EOF)
+        time.sleep(1)
         socks = [connect(srv, f"127.0.0.{3 + i % 4}") for i in range(24)]
         for s in socks:
             s.sendall(b"GET /health HTTP/1.1\r\nX: ")
