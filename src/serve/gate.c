@@ -219,12 +219,15 @@ static void admit(sp_gate *g, int fd, const struct sockaddr_storage *ss, socklen
     pthread_mutex_unlock(&g->mu);
 }
 
-static void accept_all(sp_gate *g) {
+/* Accepts every pending connection; false when accept failed for a reason
+ * that leaves the socket readable (out of descriptors or memory), so the
+ * caller waits a tick instead of spinning on it. */
+static bool accept_all(sp_gate *g) {
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof ss;
         const int fd = accept4(g->lfd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC);
-        if (fd < 0) return;          /* EAGAIN, or EMFILE and the like: try again next tick */
+        if (fd < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED;
         admit(g, fd, &ss, len);
     }
 }
@@ -251,14 +254,16 @@ static void gate_quiesce_now(sp_gate *g) {
 static void *gate_main(void *arg) {
     sp_gate *g = arg;
     struct pollfd p[GATE_LINGER_MAX + 1];
+    bool backoff = false;            /* accept failed hard last time: skip the socket a tick */
     while (!__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE)) {
         if (__atomic_load_n(&g->quiesce, __ATOMIC_ACQUIRE) && g->lfd >= 0) gate_quiesce_now(g);
         for (int i = 0; i < g->n_linger; i++) p[i] = (struct pollfd){ .fd = g->linger[i].fd, .events = POLLIN };
-        p[g->n_linger] = (struct pollfd){ .fd = g->lfd, .events = POLLIN };
+        p[g->n_linger] = (struct pollfd){ .fd = backoff ? -1 : g->lfd, .events = POLLIN };
         const int n_linger = g->n_linger;
         if (poll(p, (nfds_t)n_linger + 1, GATE_TICK_MS) < 0 && errno != EINTR) break;
         linger_poll(g, p, sp_now_ns());
-        if (g->lfd >= 0 && (p[n_linger].revents & POLLIN)) accept_all(g);
+        backoff = false;
+        if (g->lfd >= 0 && (p[n_linger].revents & POLLIN)) backoff = !accept_all(g);
         expire(g);
     }
     while (g->n_linger) linger_close(g, 0);

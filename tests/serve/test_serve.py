@@ -575,7 +575,9 @@ def small_server_tests(openai):
 def cli_tests():
     def help_ok():
         out = subprocess.run([BIN, "serve", "--help"], capture_output=True)
-        return out.returncode == 0 and b"--parallel" in out.stdout and b"--api-key" in out.stdout
+        flags = (b"--parallel", b"--api-key", b"--header-timeout", b"--max-conns", b"--max-conns-per-ip",
+                 b"--parse-special")
+        return out.returncode == 0 and all(f in out.stdout for f in flags)
     check("serve --help exits 0 and documents the flags", help_ok)
     for args, name in ((["--port", "70000"], "--port 70000"), (["--spec", "oracle"], "--spec oracle"),
                        (["--bogus"], "an unknown flag"), (["--parallel", "0"], "--parallel 0")):
