@@ -4,7 +4,10 @@
 #   unit tests   build/asan/tests/test_*   (ASan + UBSan), every binary under tests/unit
 #   model tests  build/release/tests/test_* from tests/model (real models, release build)
 #   cli tests    tests/cli/*.sh            (the release binary, end to end)
-#   serve tests  tests/serve/test_*.py     (`specula serve` with curl and the openai package)
+#   serve tests  tests/serve/test_*.py     (`specula serve` with curl and the openai package);
+#                test_serve and test_serve_http again against build/asan/specula
+#                (test_serve_asan, test_serve_http_asan: a sanitizer report fails
+#                them), and test_serve_fuzz, the request fuzzer (ASan server)
 #
 # Every test binary prints TAP (cmocka's TAP output); a binary that crashes or
 # exits non-zero without reporting a failure counts as one failed test.
@@ -60,6 +63,11 @@ py=python3; [ -x .venv/bin/python ] && py=.venv/bin/python
 for t in tests/serve/test_*.py; do
     [ -f "$t" ] || continue
     run_one "serve/$(basename "$t" .py)" "$py" "$t"
+done
+# the same servers built with ASan+UBSan: CI sees memory errors and undefined
+# behaviour in the HTTP and scheduler code (the suites check each server's report files)
+for t in tests/serve/test_serve.py tests/serve/test_serve_http.py; do
+    run_one "serve/$(basename "$t" .py)_asan" env SPECULA_BIN=build/asan/specula "$py" "$t"
 done
 
 for f in "${failed_names[@]}"; do echo "FAILED $f" >&2; done

@@ -28,8 +28,21 @@ static const char serve_help[] =
     "      --parallel N        concurrent requests, each with its own KV cache (default 4)\n"
     "      --queue N           requests waiting for a slot before 503s (default 64)\n"
     "      --max-body BYTES    request body limit (default 1048576)\n"
-    "      --timeout S         idle connection timeout in seconds (default 600)\n"
+    "      --timeout S         idle connection timeout in seconds while answering (default 600)\n"
+    "      --header-timeout S  a request's headers must arrive within S seconds of the connection\n"
+    "                          (or of its previous request), its body within S more plus 1 s\n"
+    "                          per 16 KiB; a keep-alive connection idle that long is closed\n"
+    "                          (default 10)\n"
+    "      --max-conns N       open connections in all; more get 503 + Retry-After\n"
+    "                          (default: parallel + queue + 64)\n"
+    "      --max-conns-per-ip N  open connections from one client address (default: a quarter\n"
+    "                          of --max-conns, at least 8; behind a reverse proxy on this host,\n"
+    "                          set it to --max-conns)\n"
     "      --shutdown-timeout S  on SIGINT/SIGTERM, running requests get S seconds (default 10)\n"
+    "      --parse-special     read special-token text (\"<|im_start|>\") in completion prompts\n"
+    "                          and message contents as special tokens; by default it is plain\n"
+    "                          text, so a message cannot forge a turn (token-id prompts and the\n"
+    "                          chat template's own markers are special either way)\n"
     "      --spec METHOD       default speculation: ngram (default), suffix, draft, self, eagle, a\n"
     "                          combination (e.g. ngram,draft) or none.  Requests choose with\n"
     "                          {\"speculative\": {\"method\": M, \"draft_max\": N}} among none,\n"
@@ -61,8 +74,12 @@ static int serve_opt(sp_args *a, serve_args *s) {
         return 1;
     }
     if (sp_arg_is(a, "--timeout")) return sp_arg_int(a, 1, 86400, &o->timeout_s) ? 1 : -1;
+    if (sp_arg_is(a, "--header-timeout")) return sp_arg_int(a, 1, 3600, &o->header_timeout_s) ? 1 : -1;
+    if (sp_arg_is(a, "--max-conns")) return sp_arg_int(a, 1, 65536, &o->max_conns) ? 1 : -1;
+    if (sp_arg_is(a, "--max-conns-per-ip")) return sp_arg_int(a, 1, 65536, &o->max_conns_per_ip) ? 1 : -1;
     if (sp_arg_is(a, "--shutdown-timeout")) return sp_arg_int(a, 0, 3600, &o->shutdown_timeout_s) ? 1 : -1;
     if (sp_arg_is(a, "--spec")) return sp_arg_str(a, &o->spec_default) ? 1 : -1;
+    if (sp_arg_is(a, "--parse-special")) { o->parse_special = true; return 1; }
     return sp_spec_opt(a, &s->spec);
 }
 

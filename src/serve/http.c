@@ -7,6 +7,11 @@
  * channel in 100 ms slices) and checks in every slice whether the client
  * hung up; if it did, the job is cancelled and the scheduler frees the
  * slot before its next step.
+ *
+ * MHD does not listen itself: the gate (gate.c) accepts, caps connections
+ * and enforces deadlines; this file moves a connection's deadline as its
+ * request advances (headers, body, answer, the next request) and rejects
+ * ambiguous framing (check_framing).
  */
 #include "serve/internal.h"
 
@@ -31,7 +36,9 @@ struct sp_server {
     sp_metrics *mx;
     sp_sched *sched;
     struct MHD_Daemon *d;
+    sp_gate *gate;
     struct sockaddr_storage addr;
+    socklen_t addrlen;
     int port;
     sp_chat_format chat;
     char defsys_buf[1024];
@@ -56,8 +63,11 @@ typedef struct http_req {
     bool post;
     char *body;
     size_t n_body, cap_body;
-    bool too_large;
+    uint64_t n_received;             /* body bytes read (kept or not) */
+    uint64_t t_headers;              /* when the headers were complete */
+    bool chunked;                    /* the body's size is not known up front */
     bool answered;
+    bool close;                      /* answer with Connection: close */
 } http_req;
 
 static void active_add(sp_server *s, int d) {
@@ -81,6 +91,7 @@ static enum MHD_Result send_bytes(sp_server *s, struct MHD_Connection *c, http_r
     if (status == 503 || status == 429) MHD_add_response_header(resp, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     if (status == 405) MHD_add_response_header(resp, "Allow", r->post ? "GET" : "POST");
+    if (r->close) MHD_add_response_header(resp, "Connection", "close");
     const enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     sp_metrics_http(s->mx, route_names[r->rt], status);
@@ -204,25 +215,34 @@ static enum MHD_Result on_get(sp_server *s, struct MHD_Connection *c, http_req *
  * ------------------------------------------------------------------------- */
 
 /* The prompt's token ids: the chat template rendered and tokenized, or
- * the completion prompt tokenized (or given as ids). */
+ * the completion prompt tokenized (or given as ids).  Only the template's
+ * markers and explicit ids give special tokens: text from the client stays
+ * text (a message containing "<|im_start|>system" cannot open a system
+ * turn), unless --parse-special asks for the old reading. */
 static int prompt_tokens(sp_server *s, const sp_req *q, sp_tokens *out, sp_api_err *e) {
     if (q->kind == SP_API_COMPLETION && q->prompt_ids) {
         for (int i = 0; i < q->n_prompt_ids; i++) sp_tokens_push(out, q->prompt_ids[i]);
         return 0;
     }
+    const bool bos = sp_tokenizer_add_bos(s->tok), special = s->o.parse_special;
     char *rendered = NULL;
     const char *text = q->prompt;
     sp_err err;
-    if (q->kind == SP_API_CHAT) {
-        if (s->chat == SP_CHAT_NONE)
-            return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages",
-                               "The model has no chat template; use /v1/completions.");
-        if (sp_chat_render(s->chat, q->msgs, q->n_msgs, true, s->defsys, &rendered, &err))
-            return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
-        text = rendered;
+    int rc;
+    if (q->kind == SP_API_CHAT && s->chat == SP_CHAT_NONE)
+        return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages",
+                           "The model has no chat template; use /v1/completions.");
+    if (q->kind == SP_API_CHAT && !special) {
+        rc = sp_chat_tokenize(s->tok, s->chat, q->msgs, q->n_msgs, true, s->defsys, bos, out, &err);
+    } else {
+        if (q->kind == SP_API_CHAT) {
+            if (sp_chat_render(s->chat, q->msgs, q->n_msgs, true, s->defsys, &rendered, &err))
+                return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
+            text = rendered;
+        }
+        rc = sp_tokenize(s->tok, text, strlen(text), bos, special, out, &err);
+        free(rendered);
     }
-    const int rc = sp_tokenize(s->tok, text, strlen(text), sp_tokenizer_add_bos(s->tok), true, out, &err);
-    free(rendered);
     if (rc) return sp_api_fail(e, 400, "invalid_request_error", NULL, q->kind == SP_API_CHAT ? "messages" : "prompt", "%s", err.msg);
     return 0;
 }
@@ -510,6 +530,90 @@ static bool authorized(const sp_server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+/* ----------------------------------------------------------------------------
+ * Framing: what RFC 9112 requires a server to reject, because a front end
+ * that reads the message differently would see another request boundary
+ * (request smuggling), or because one request would carry two identities.
+ * libmicrohttpd takes the first of duplicated headers and accepts the rest.
+ * ------------------------------------------------------------------------- */
+
+typedef struct hdr_scan {
+    int n_host, n_auth, n_cl, n_te;
+    bool cl_bad;                     /* a Content-Length that is not digits, or two that differ */
+    bool te_bad;                     /* a transfer coding other than one "chunked" */
+    unsigned long long cl;
+} hdr_scan;
+
+/* value without surrounding spaces and tabs equals word (any case). */
+static bool token_is(const char *value, const char *word) {
+    while (*value == ' ' || *value == '\t') value++;
+    size_t n = strlen(value);
+    while (n && (value[n - 1] == ' ' || value[n - 1] == '\t')) n--;
+    return n == strlen(word) && !strncasecmp(value, word, n);
+}
+
+/* A Content-Length value: 1*DIGIT, at most 18 of them (no sign, no list). */
+static bool parse_length(const char *v, unsigned long long *out) {
+    while (*v == ' ' || *v == '\t') v++;
+    unsigned long long x = 0;
+    int n = 0;
+    for (; *v >= '0' && *v <= '9'; v++, n++) x = x * 10 + (unsigned)(*v - '0');
+    while (*v == ' ' || *v == '\t') v++;
+    *out = x;
+    return n > 0 && n <= 18 && !*v;
+}
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    hdr_scan *h = cls;
+    unsigned long long v;
+    if (!value) value = "";
+    if (!strcasecmp(key, "Host")) {
+        h->n_host++;
+    } else if (!strcasecmp(key, "Authorization")) {
+        h->n_auth++;
+    } else if (!strcasecmp(key, "Content-Length")) {
+        if (!parse_length(value, &v) || (h->n_cl && v != h->cl)) h->cl_bad = true;
+        h->cl = v;
+        h->n_cl++;
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        if (h->n_te++ || !token_is(value, "chunked")) h->te_bad = true;
+    }
+    return MHD_YES;
+}
+
+/* The 400 message for a request whose framing or identity is ambiguous,
+ * or NULL. */
+static const char *framing_error(const hdr_scan *h, const char *version) {
+    if (h->cl_bad) return "Invalid or conflicting Content-Length headers.";
+    if (h->n_cl && h->n_te) return "Content-Length and Transfer-Encoding together are not allowed.";
+    if (h->te_bad) return "Unsupported Transfer-Encoding: only one 'chunked' is accepted.";
+    if (h->n_host > 1 || (h->n_host == 0 && !strcmp(version, "HTTP/1.1")))
+        return "An HTTP/1.1 request needs exactly one Host header.";
+    if (h->n_auth > 1) return "More than one Authorization header.";
+    return NULL;
+}
+
+/* Checks the framing and starts the body's deadline; returns true if it
+ * answered (400, and the connection closes). */
+static bool check_framing(sp_server *s, struct MHD_Connection *c, http_req *r, const char *version,
+                          enum MHD_Result *rc) {
+    hdr_scan h = { 0 };
+    MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &h);
+    const char *msg = framing_error(&h, version);
+    if (msg) {
+        r->close = true;
+        *rc = fail(s, c, r, 400, "invalid_request_error", "bad_request", msg);
+        return true;
+    }
+    r->t_headers = sp_now_ns();
+    r->chunked = h.n_te > 0;
+    const bool body = r->chunked || h.cl > 0;
+    /* a chunked body's deadline moves with what arrived (on_request, per piece) */
+    sp_gate_deadline(c, body ? sp_gate_body_deadline(s->gate, r->t_headers, r->chunked ? 0 : h.cl) : 0);
+    return false;
+}
+
 /* Checks made before the body is read; returns true if it answered. */
 static bool early_checks(sp_server *s, struct MHD_Connection *c, http_req *r, bool post_route,
                          enum MHD_Result *rc) {
@@ -539,7 +643,6 @@ static bool early_checks(sp_server *s, struct MHD_Connection *c, http_req *r, bo
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
-    (void)version;
     sp_server *s = cls;
     http_req *r = *con_cls;
     if (!r) {
@@ -549,38 +652,40 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         bool post_route;
         r->rt = route_of(url, &post_route);
         r->post = !strcmp(method, "POST");
+        enum MHD_Result rc;
+        if (check_framing(s, c, r, version, &rc)) return rc;
         if (strcmp(method, "GET") && strcmp(method, "POST") && strcmp(method, "HEAD"))
             return fail(s, c, r, 405, "invalid_request_error", "method_not_allowed", "Method not allowed.");
-        enum MHD_Result rc;
         if (early_checks(s, c, r, post_route, &rc)) return rc;
         if (!r->post) return on_get(s, c, r, url);
         return MHD_YES;
     }
+    if (*upload_size) {
+        r->n_received += *upload_size;
+        /* A declared length over the limit got its 413 before the body;
+         * a chunked body (an endless one too) that goes over it ends the
+         * connection here: MHD cannot queue a response mid-body. */
+        if (r->n_received > s->o.max_body) return MHD_NO;
+        if (r->chunked) sp_gate_deadline(c, sp_gate_body_deadline(s->gate, r->t_headers, r->n_received));
+    }
     if (r->answered) { *upload_size = 0; return MHD_YES; }   /* drain a body we refused */
     if (*upload_size) {
-        if (r->n_body + *upload_size > s->o.max_body) r->too_large = true;
-        if (!r->too_large) {
-            SP_VEC_GROW(r->body, r->cap_body, r->n_body + *upload_size + 1);
-            memcpy(r->body + r->n_body, upload, *upload_size);
-            r->n_body += *upload_size;
-        }
+        SP_VEC_GROW(r->body, r->cap_body, r->n_body + *upload_size + 1);
+        memcpy(r->body + r->n_body, upload, *upload_size);
+        r->n_body += *upload_size;
         *upload_size = 0;
         return MHD_YES;
     }
-    if (r->too_large) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "The request body is larger than the limit of %zu bytes.", s->o.max_body);
-        return fail(s, c, r, 413, "invalid_request_error", "request_too_large", msg);
-    }
+    sp_gate_deadline(c, 0);          /* the body is in: the answer may take long */
     return on_generate(s, c, r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)c;
     (void)toe;
     sp_server *s = cls;
     http_req *r = *con_cls;
+    sp_gate_deadline(c, sp_gate_header_deadline(s->gate));   /* the next request's headers */
     if (!r) return;
     free(r->body);
     free(r);
@@ -595,7 +700,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 sp_server_opts sp_server_defaults(void) {
     return (sp_server_opts){ .host = "127.0.0.1", .port = 8080, .model_id = "specula",
                              .queue_max = 64, .max_body = 1 << 20,
-                             .timeout_s = 600, .shutdown_timeout_s = 10, .spec_default = "none",
+                             .timeout_s = 600, .header_timeout_s = 10, .shutdown_timeout_s = 10,
+                             .spec_default = "none",
                              .draft_max_default = SP_DRAFT_ADAPTIVE };
 }
 
@@ -604,6 +710,8 @@ static int check_opts(const sp_server_opts *o, sp_err *err) {
     if (o->port < 0 || o->port > 65535) return sp_err_set(err, "serve: port %d out of range", o->port);
     if (!o->model_id || !*o->model_id) return sp_err_set(err, "serve: empty model id");
     if (o->api_key && !*o->api_key) return sp_err_set(err, "serve: empty API key");
+    if (o->header_timeout_s < 1) return sp_err_set(err, "serve: the header timeout must be >= 1 s");
+    if (o->max_conns < 0 || o->max_conns_per_ip < 0) return sp_err_set(err, "serve: negative connection cap");
     for (const char *p = o->model_id; *p; p++)
         if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
             return sp_err_set(err, "serve: the model id may not contain quotes, backslashes or control characters");
@@ -618,7 +726,51 @@ static int resolve(sp_server *s, sp_err *err) {
     const int rc = getaddrinfo(s->o.host, port, &hints, &res);
     if (rc) return sp_err_set(err, "serve: cannot resolve host '%s': %s", s->o.host, gai_strerror(rc));
     memcpy(&s->addr, res->ai_addr, res->ai_addrlen);
+    s->addrlen = res->ai_addrlen;
     freeaddrinfo(res);
+    return 0;
+}
+
+/* The caps: --max-conns defaults to what the slots and queue can use plus
+ * 64 for other requests; one address may hold a quarter of it (at least 8),
+ * so a single client cannot keep the rest out. */
+static sp_gate_opts gate_opts(const sp_server *s) {
+    const sp_server_opts *o = &s->o;
+    sp_gate_opts g = { .max_conns = o->max_conns, .max_per_ip = o->max_conns_per_ip,
+                       .header_timeout_s = o->header_timeout_s };
+    if (!g.max_conns) g.max_conns = s->parallel + o->queue_max + 64;
+    if (!g.max_per_ip) g.max_per_ip = g.max_conns / 4 > 8 ? g.max_conns / 4 : 8;
+    return g;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    sp_gate_notify(cls, c, socket_context, toe == MHD_CONNECTION_NOTIFY_CLOSED);
+}
+
+/* The gate listens and accepts; MHD gets the accepted sockets (it keeps
+ * its own limit as a backstop only). */
+static int start_http(sp_server *s, sp_err *err) {
+    const sp_gate_opts go = gate_opts(s);
+    s->gate = sp_gate_create(&go, s->mx);
+    if (sp_gate_listen(s->gate, (struct sockaddr *)&s->addr, s->addrlen, &s->port, err)) {
+        char why[sizeof err->msg];
+        memcpy(why, err->msg, sizeof why);
+        return sp_err_set(err, "serve: cannot listen on %s:%d (%.100s)", s->o.host, s->o.port, why);
+    }
+    const unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
+                           MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)s->o.timeout_s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)(go.max_conns + 64),
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s->gate,
+                            MHD_OPTION_END);
+    if (!s->d) return sp_err_set(err, "serve: cannot start the HTTP daemon");
+    if (sp_gate_run(s->gate, s->d)) {
+        MHD_stop_daemon(s->d);
+        return sp_err_set(err, "serve: cannot start the accept thread");
+    }
     return 0;
 }
 
@@ -653,25 +805,13 @@ sp_server *sp_server_start(sp_ctx *ctx, const sp_server_opts *o, sp_err *err) {
         free(s);
         return NULL;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-                     MHD_USE_ITC;
-    if (s->addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&s->addr,
-                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout_s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)(s->parallel + o->queue_max + 64),
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_END);
-    if (!s->d) {
-        sp_err_set(err, "serve: cannot listen on %s:%d (address in use or not available)", o->host, o->port);
+    if (start_http(s, err)) {
+        sp_gate_free(s->gate);
         sp_sched_free(s->sched);
         sp_metrics_free(s->mx);
         free(s);
         return NULL;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : o->port;
     return s;
 }
 
@@ -680,8 +820,7 @@ int sp_server_port(const sp_server *s) { return s->port; }
 void sp_server_stop(sp_server *s) {
     if (!s) return;
     __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
-    const MHD_socket ls = MHD_quiesce_daemon(s->d);      /* no new connections */
-    if (ls != MHD_INVALID_SOCKET) close(ls);
+    sp_gate_quiesce(s->gate);                            /* no new connections */
     sp_sched_stop(s->sched, (uint64_t)s->o.shutdown_timeout_s * 1000000000ull);
     /* every job has ended: the connections still answering finish soon */
     struct timespec ts;
@@ -692,6 +831,7 @@ void sp_server_stop(sp_server *s) {
         if (pthread_cond_timedwait(&s->cv, &s->mu, &ts)) break;
     pthread_mutex_unlock(&s->mu);
     MHD_stop_daemon(s->d);
+    sp_gate_free(s->gate);                               /* after MHD's CLOSED notices */
     sp_sched_free(s->sched);
     sp_metrics_free(s->mx);
     pthread_cond_destroy(&s->cv);

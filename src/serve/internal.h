@@ -146,6 +146,44 @@ void sp_sched_free(sp_sched *s);
 void sp_sched_load(sp_sched *s, int *queued, int *running);
 
 /* ==========================================================================
+ * The gate (gate.c): our accept loop in front of libmicrohttpd, which
+ * has no deadlines and resets connections beyond its limit.  Deadlines,
+ * a total and a per-address connection cap, a 503 beyond them.
+ * ======================================================================= */
+struct MHD_Daemon;
+struct MHD_Connection;
+struct sockaddr;
+typedef struct sp_gate sp_gate;
+
+/* A body must arrive at least this fast (bytes/s) on top of the header
+ * timeout: 1 MiB gets 64 s more. */
+#define SP_GATE_MIN_BODY_RATE 16384
+
+typedef struct sp_gate_opts {
+    int max_conns;                   /* open connections in all */
+    int max_per_ip;                  /* open connections from one address */
+    int header_timeout_s;            /* headers (and keep-alive idle) deadline */
+} sp_gate_opts;
+
+sp_gate *sp_gate_create(const sp_gate_opts *o, sp_metrics *mx);
+/* Binds and listens (nonblocking); *port: the bound port. */
+int sp_gate_listen(sp_gate *g, const struct sockaddr *addr, unsigned len, int *port, sp_err *err);
+/* Starts the accept thread, which hands connections to d (started with
+ * MHD_USE_NO_LISTEN_SOCKET and sp_gate_notify as its connection notifier). */
+int sp_gate_run(sp_gate *g, struct MHD_Daemon *d);
+/* MHD's connection notifier (cls = the gate; closed: CLOSED, else STARTED). */
+void sp_gate_notify(void *cls, struct MHD_Connection *c, void **socket_context, int closed);
+/* Sets the connection's deadline (sp_now_ns time; 0 = none). */
+void sp_gate_deadline(struct MHD_Connection *c, uint64_t deadline_ns);
+uint64_t sp_gate_header_deadline(const sp_gate *g);
+/* When a body of bytes whose headers ended at t_headers must be complete. */
+uint64_t sp_gate_body_deadline(const sp_gate *g, uint64_t t_headers, uint64_t bytes);
+/* Stops accepting and closes the listening socket (returns once closed). */
+void sp_gate_quiesce(sp_gate *g);
+/* After MHD_stop_daemon: joins the thread, frees. */
+void sp_gate_free(sp_gate *g);
+
+/* ==========================================================================
  * Response JSON (api.c)
  * ======================================================================= */
 

@@ -184,6 +184,11 @@ static void take_segs(sp_job *j, size_t lo, size_t hi, sp_job_delta *d) {
     }
     add_seg(d, &cap, hi - at, false, 0);
     if (k > 0 && j->spans[k - 1].end > hi) k--;    /* the last one goes on */
+    /* Text that only the final flush released (an answer made of an
+     * incomplete UTF-8 sequence) comes with no span at all, and spans may
+     * still be NULL: memmove with a NULL pointer is undefined even for 0
+     * bytes, so shift only when something was consumed. */
+    if (k == 0) return;
     memmove(j->spans, j->spans + k, (size_t)(j->n_spans - k) * sizeof *j->spans);
     j->n_spans -= k;
 }

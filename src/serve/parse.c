@@ -60,13 +60,26 @@ static int wrong_type(sp_api_err *e, const char *param, const char *want, const 
  * Typed field readers: absent or null fields keep *out and return 0.
  * ------------------------------------------------------------------------- */
 
+/* x as the shortest decimal that reads back as the same double: "%g"
+ * rounds to 6 digits, so 2.0000001 printed as "2" and a range error said
+ * "must be between 0 and 2 (got 2)". */
+static const char *exact(double x, char buf[32]) {
+    for (int prec = 6; prec < 17; prec++) {
+        snprintf(buf, 32, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) return buf;
+    }
+    snprintf(buf, 32, "%.17g", x);
+    return buf;
+}
+
 static int get_number(json_t *o, const char *key, double lo, double hi, float *out, sp_api_err *e) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
     if (!json_is_number(v)) return wrong_type(e, key, "a number", v);
     const double x = json_number_value(v);
+    char got[32];
     if (!(x >= lo && x <= hi))
-        return bad(e, key, "'%s' must be between %g and %g (got %g).", key, lo, hi, x);
+        return bad(e, key, "'%s' must be between %g and %g (got %s).", key, lo, hi, exact(x, got));
     *out = (float)x;
     return 0;
 }
@@ -146,8 +159,10 @@ static int parse_logit_bias(json_t *o, sp_req *r, int n_vocab, sp_api_err *e) {
             return bad(e, "logit_bias", "Invalid key '%s' in logit_bias: expected a token id in [0, %d).", key, n_vocab);
         if (!json_is_number(x)) return wrong_type(e, "logit_bias", "a number", x);
         const double b = json_number_value(x);
+        char got[32];
         if (!(b >= -100 && b <= 100))
-            return bad(e, "logit_bias", "logit_bias values must be between -100 and 100 (got %g for %s).", b, key);
+            return bad(e, "logit_bias", "logit_bias values must be between -100 and 100 (got %s for %s).",
+                       exact(b, got), key);
         r->bias[r->sampling.n_bias++] = (sp_logit_bias){ (int32_t)id, (float)b };
     }
     r->sampling.bias = r->bias;

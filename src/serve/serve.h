@@ -127,8 +127,15 @@ typedef struct sp_server_opts {
     const char *model_id;            /* the id clients name in "model" */
     int queue_max;                   /* waiting requests beyond the slots; more -> 503 */
     size_t max_body;                 /* request body limit in bytes (413 beyond) */
-    int timeout_s;                   /* idle connection timeout */
+    int timeout_s;                   /* idle connection timeout (while answering) */
+    int header_timeout_s;            /* deadline for a request's headers (and the idle time
+                                        between keep-alive requests); its body gets this plus
+                                        1 s per 16 KiB */
+    int max_conns;                   /* open connections; 0 = parallel + queue_max + 64 */
+    int max_conns_per_ip;            /* from one address; 0 = max(8, max_conns / 4) */
     int shutdown_timeout_s;          /* running requests get this long to finish */
+    bool parse_special;              /* special-token text in prompts and messages becomes
+                                        special tokens (default: it stays text) */
     /* speculation defaults and the drafters requests may name (borrowed) */
     const char *spec_default;        /* "none" or a drafter's name */
     int draft_max_default;           /* SP_DRAFT_ADAPTIVE or 0..SP_MAX_DRAFT */

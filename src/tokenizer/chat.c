@@ -81,6 +81,8 @@ const char *sp_chat_default_system(const sp_gguf *g, char *buf, size_t cap) {
 typedef struct ch_buf {
     char *s;
     size_t n, cap;
+    size_t *marks;          /* (2 * n_marks) [start, end) of each template marker */
+    int n_marks, cap_marks;
 } ch_buf;
 
 static void ch_put(ch_buf *b, const char *s, size_t n) {
@@ -91,6 +93,19 @@ static void ch_put(ch_buf *b, const char *s, size_t n) {
 }
 
 static void ch_puts(ch_buf *b, const char *s) { ch_put(b, s, strlen(s)); }
+
+/* Puts one of the template's own markers (<|im_start|>, <end_of_turn>,
+ * ...) and remembers where it is: only these become special tokens. */
+static void ch_mark(ch_buf *b, const char *marker) {
+    if (b->n_marks == b->cap_marks) {
+        b->cap_marks = b->cap_marks ? 2 * b->cap_marks : 16;
+        b->marks = sp_xrealloc(b->marks, (size_t)b->cap_marks * 2 * sizeof *b->marks);
+    }
+    b->marks[2 * b->n_marks] = b->n;
+    ch_puts(b, marker);
+    b->marks[2 * b->n_marks + 1] = b->n;
+    b->n_marks++;
+}
 
 /* Jinja's `trim` on ASCII whitespace: puts s without leading/trailing
  * spaces, tabs and newlines. */
@@ -115,18 +130,24 @@ static int ch_validate(const sp_chat_msg *msgs, int n, sp_err *err) {
 
 static void ch_chatml(ch_buf *b, const sp_chat_msg *msgs, int n, bool gen, const char *def_sys) {
     if (n > 0 && def_sys && strcmp(msgs[0].role, "system") != 0) {
-        ch_puts(b, "<|im_start|>system\n");
+        ch_mark(b, "<|im_start|>");
+        ch_puts(b, "system\n");
         ch_puts(b, def_sys);
-        ch_puts(b, "<|im_end|>\n");
+        ch_mark(b, "<|im_end|>");
+        ch_puts(b, "\n");
     }
     for (int i = 0; i < n; i++) {
-        ch_puts(b, "<|im_start|>");
+        ch_mark(b, "<|im_start|>");
         ch_puts(b, msgs[i].role);
         ch_puts(b, "\n");
         ch_puts(b, msgs[i].content);
-        ch_puts(b, "<|im_end|>\n");
+        ch_mark(b, "<|im_end|>");
+        ch_puts(b, "\n");
     }
-    if (gen) ch_puts(b, "<|im_start|>assistant\n");
+    if (gen) {
+        ch_mark(b, "<|im_start|>");
+        ch_puts(b, "assistant\n");
+    }
 }
 
 static int ch_gemma(ch_buf *b, const sp_chat_msg *msgs, int n, bool gen, const char *def_sys,
@@ -145,7 +166,7 @@ static int ch_gemma(ch_buf *b, const sp_chat_msg *msgs, int n, bool gen, const c
         if ((strcmp(role, "user") == 0) != want_user)
             return sp_err_set(err, "chat (gemma): roles must alternate user/assistant starting with "
                                    "user; message %d is '%s'", i, role);
-        ch_puts(b, "<start_of_turn>");
+        ch_mark(b, "<start_of_turn>");
         ch_puts(b, want_user ? "user" : "model");
         ch_puts(b, "\n");
         if (i == first && sys) {
@@ -153,28 +174,60 @@ static int ch_gemma(ch_buf *b, const sp_chat_msg *msgs, int n, bool gen, const c
             ch_puts(b, "\n\n");
         }
         ch_put_trimmed(b, msgs[i].content);
-        ch_puts(b, "<end_of_turn>\n");
+        ch_mark(b, "<end_of_turn>");
+        ch_puts(b, "\n");
     }
-    if (gen) ch_puts(b, "<start_of_turn>model\n");
+    if (gen) {
+        ch_mark(b, "<start_of_turn>");
+        ch_puts(b, "model\n");
+    }
     return 0;
+}
+
+static int ch_render(sp_chat_format f, const sp_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
+                     const char *default_system, ch_buf *b, sp_err *err) {
+    if (f != SP_CHAT_CHATML && f != SP_CHAT_GEMMA)
+        return sp_err_set(err, "chat: no chat template (format %s); use a raw prompt",
+                          sp_chat_format_name(f));
+    if (ch_validate(msgs, n_msgs, err)) return -1;
+    ch_put(b, "", 0);
+    if (f == SP_CHAT_CHATML) {
+        ch_chatml(b, msgs, n_msgs, add_generation_prompt, default_system);
+        return 0;
+    }
+    return ch_gemma(b, msgs, n_msgs, add_generation_prompt, default_system, err);
 }
 
 int sp_chat_render(sp_chat_format f, const sp_chat_msg *msgs, int n_msgs,
                    bool add_generation_prompt, const char *default_system, char **out,
                    sp_err *err) {
-    *out = NULL;
-    if (f != SP_CHAT_CHATML && f != SP_CHAT_GEMMA)
-        return sp_err_set(err, "chat: no chat template (format %s); use a raw prompt",
-                          sp_chat_format_name(f));
-    if (ch_validate(msgs, n_msgs, err)) return -1;
     ch_buf b = { 0 };
-    ch_put(&b, "", 0);
-    if (f == SP_CHAT_CHATML) {
-        ch_chatml(&b, msgs, n_msgs, add_generation_prompt, default_system);
-    } else if (ch_gemma(&b, msgs, n_msgs, add_generation_prompt, default_system, err)) {
-        free(b.s);
-        return -1;
+    const int rc = ch_render(f, msgs, n_msgs, add_generation_prompt, default_system, &b, err);
+    free(b.marks);
+    if (rc) free(b.s);
+    *out = rc ? NULL : b.s;
+    return rc;
+}
+
+/* Tokenizes the rendered text piece by piece: the text between markers as
+ * plain text, each marker with special tokens recognised.  A whole-text
+ * tokenization with specials splits at the same places, so the ids are
+ * the same unless a message contains special-token text, which here
+ * stays literal. */
+int sp_chat_tokenize(const sp_tokenizer *t, sp_chat_format f, const sp_chat_msg *msgs, int n_msgs,
+                     bool add_generation_prompt, const char *default_system, bool add_bos,
+                     sp_tokens *out, sp_err *err) {
+    ch_buf b = { 0 };
+    int rc = ch_render(f, msgs, n_msgs, add_generation_prompt, default_system, &b, err);
+    size_t at = 0;
+    for (int i = 0; rc == 0 && i <= b.n_marks; i++) {
+        const size_t start = i < b.n_marks ? b.marks[2 * i] : b.n;
+        rc = sp_tokenize(t, b.s + at, start - at, add_bos && i == 0, false, out, err);
+        if (rc || i == b.n_marks) break;
+        at = b.marks[2 * i + 1];
+        rc = sp_tokenize(t, b.s + start, at - start, false, true, out, err);
     }
-    *out = b.s;
-    return 0;
+    free(b.marks);
+    free(b.s);
+    return rc;
 }

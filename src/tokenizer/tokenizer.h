@@ -160,6 +160,16 @@ const char *sp_chat_format_name(sp_chat_format f);   /* "none", "chatml", "gemma
 int sp_chat_render(sp_chat_format f, const sp_chat_msg *msgs, int n_msgs,
                    bool add_generation_prompt, const char *default_system, char **out,
                    sp_err *err);
+/* Renders as sp_chat_render and appends the prompt's ids to out (BOS first
+ * if add_bos and the vocabulary has one).  Only the template's own markers
+ * (<|im_start|>, <|im_end|>, <start_of_turn>, <end_of_turn>) become special
+ * tokens; roles, message contents and the default system prompt are plain
+ * text, so special-token text inside a message stays literal and a message
+ * cannot open or close a turn.  Without such text the ids equal those of
+ * sp_tokenize(rendered, parse_special = true). */
+int sp_chat_tokenize(const sp_tokenizer *t, sp_chat_format f, const sp_chat_msg *msgs, int n_msgs,
+                     bool add_generation_prompt, const char *default_system, bool add_bos,
+                     sp_tokens *out, sp_err *err);
 /* The default system prompt the file's template inserts when the first
  * message is not a system one (a literal "<|im_start|>system\n...<|im_end|>"
  * guarded by "!= 'system'"), copied into buf; NULL if there is none or it

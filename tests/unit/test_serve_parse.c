@@ -124,6 +124,26 @@ static void test_completion_prompts(void **state) {
     sp_req_free(&r);
 }
 
+/* A value just outside a range is printed exactly: "%g" printed 2.0000001
+ * as 2, and "must be between 0 and 2 (got 2)" contradicted itself. */
+static void expect_got(const char *extra, const char *want) {
+    char b[512];
+    snprintf(b, sizeof b, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], %s}", extra);
+    sp_req r;
+    sp_api_err e;
+    assert_int_equal(parse(SP_API_CHAT, b, &r, &e), -1);
+    if (!strstr(e.message, want)) fail_msg("'%s' lacks '%s'", e.message, want);
+}
+
+static void test_range_errors_exact(void **state) {
+    (void)state;
+    expect_got("\"temperature\": 2.0000001", "(got 2.0000001)");
+    expect_got("\"temperature\": -1e-300", "(got -1e-300)");
+    expect_got("\"top_p\": 1.0000000000000002", "(got 1.0000000000000002)");
+    expect_got("\"min_p\": 1.5", "(got 1.5)");
+    expect_got("\"logit_bias\": {\"3\": 100.00001}", "(got 100.00001 for 3)");
+}
+
 static void test_errors_name_the_param(void **state) {
     (void)state;
     const char *m = "\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]";
@@ -310,6 +330,7 @@ int main(void) {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_completion_prompts),
         cmocka_unit_test(test_errors_name_the_param),
+        cmocka_unit_test(test_range_errors_exact),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_json_text_sanitises),
         cmocka_unit_test(test_error_json),
