@@ -25,8 +25,12 @@ typedef struct fill_ctx {
     int n_d2t;
 } fill_ctx;
 
+/* Norms and fc stay F32: fc reads the target's raw residual stream, whose
+ * few huge dimensions would zero the rest of their 32-blocks if the
+ * activations were quantized to Q8 (as the matmul does for Q8_0 and F16
+ * weights) -- a trained head then drafts next to nothing. */
 static uint32_t type_of(const fill_ctx *c, const wtensor *t) {
-    return t->rows == 1 ? SP_F32 : c->type;
+    return t->rows == 1 || !strcmp(t->name, "fc.weight") ? SP_F32 : c->type;
 }
 
 /* Produces tensor i: matrices converted row by row, d2t widened to I64. */

@@ -268,8 +268,9 @@ int sp_head_forward(const sp_head *h, sp_head_ws *w, sp_kv *kv, const float *g, 
                     float *out, float *logits, sp_err *err);
 
 /* Writing a head (head_write.c).  Float weights in sp_head's shapes
- * (row-major, one row per output); the norms stay F32, the matrices are
- * converted to `type`.  The file records the target's fingerprint and
+ * (row-major, one row per output); the norms and fc stay F32 (fc reads the
+ * raw residual stream, which quantized activations would wreck), the other
+ * matrices are converted to `type`.  The file records the target's fingerprint and
  * name, and carries the target's tokenizer as llama.cpp expects. */
 typedef struct sp_head_weights {
     const float *fc;                 /* (d, 3 d_t) */
