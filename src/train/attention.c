@@ -17,15 +17,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-static float sp_tr_dot_scalar(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
+static void sp_tr_dots_scalar(float *out, const float *x, const float *base, const int32_t *idx, int len,
+                              size_t stride, int n) {
+    for (int j = 0; j < len; j++) {
+        const float *r = base + idx[j] * stride;
+        float s = 0.0f;
+        for (int i = 0; i < n; i++) s += x[i] * r[i];
+        out[j] = s;
+    }
 }
-static void sp_tr_axpy_scalar(float *y, float a, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
+static void sp_tr_wsum_scalar(float *y, const float *w, const float *base, const int32_t *idx, int len,
+                              size_t stride, int n) {
+    for (int j = 0; j < len; j++)
+        for (int i = 0; i < n; i++) y[i] += w[j] * base[idx[j] * stride + i];
 }
-static const sp_tr_vec_ops sp_tr_vec_scalar = { sp_tr_dot_scalar, sp_tr_axpy_scalar };
+static void sp_tr_scatter_scalar(float *base, const int32_t *idx, int len, size_t stride, const float *w,
+                                 const float *x, int n) {
+    for (int j = 0; j < len; j++)
+        for (int i = 0; i < n; i++) base[idx[j] * stride + i] += w[j] * x[i];
+}
+static const sp_tr_vec_ops sp_tr_vec_scalar = { sp_tr_dots_scalar, sp_tr_wsum_scalar, sp_tr_scatter_scalar };
 
 static const sp_tr_vec_ops *sp_tr_vec(void) {
 #if defined(__x86_64__)
@@ -87,19 +98,11 @@ static void sp_tr_attn_fwd_thread(void *ctx, int ith, int nth) {
             const float *qh = jb->q + t * qd + (size_t)h * hd;
             float *a = jb->att_out + sp_tr_att_at(s, t, h), *o = jb->out + t * qd + (size_t)h * hd;
             const size_t ko = (size_t)(h / grp) * hd;
-            float mx = -INFINITY;
-            for (int j = 0; j < len; j++) {
-                a[j] = jb->vo->dot(qh, jb->k + idx[j] * kd + ko, hd) * scale;
-                mx = a[j] > mx ? a[j] : mx;
-            }
-            double sum = 0.0;
-            for (int j = 0; j < len; j++) { a[j] = expf(a[j] - mx); sum += a[j]; }
-            const float inv = (float)(1.0 / sum);
+            jb->vo->dots(a, qh, jb->k + ko, idx, len, kd, hd);
+            for (int j = 0; j < len; j++) a[j] *= scale;
+            if (len > 0) sp_softmax(a, len);        /* the kernels' (SIMD) softmax */
             memset(o, 0, sizeof(float) * (size_t)hd);
-            for (int j = 0; j < len; j++) {
-                a[j] *= inv;
-                jb->vo->axpy(o, a[j], jb->v + idx[j] * kd + ko, hd);
-            }
+            jb->vo->wsum(o, a, jb->v + ko, idx, len, kd, hd);
         }
     }
 }
@@ -131,17 +134,13 @@ static void sp_tr_attn_bwd_thread(void *ctx, int ith, int nth) {
         for (int h = 0; h < s->n_head; h++) {
             const size_t qo = t * qd + (size_t)h * hd, ko = (size_t)(h / grp) * hd;
             const float *a = jb->att + sp_tr_att_at(s, t, h), *doh = jb->dout + qo, *qh = jb->q + qo;
+            jb->vo->dots(da, doh, jb->v + ko, idx, len, kd, hd);
+            if (dv) jb->vo->scatter(dv + ko, idx, len, kd, a, doh, hd);
             double adot = 0.0;
-            for (int j = 0; j < len; j++) {
-                da[j] = jb->vo->dot(doh, jb->v + idx[j] * kd + ko, hd);
-                adot += (double)a[j] * da[j];
-                if (dv) jb->vo->axpy(dv + idx[j] * kd + ko, a[j], doh, hd);
-            }
-            for (int j = 0; j < len; j++) {
-                const float ds = scale * a[j] * (da[j] - (float)adot);
-                if (jb->dq) jb->vo->axpy(jb->dq + qo, ds, jb->k + idx[j] * kd + ko, hd);
-                if (dk) jb->vo->axpy(dk + idx[j] * kd + ko, ds, qh, hd);
-            }
+            for (int j = 0; j < len; j++) adot += (double)a[j] * da[j];
+            for (int j = 0; j < len; j++) da[j] = scale * a[j] * (da[j] - (float)adot);   /* ds */
+            if (dk) jb->vo->scatter(dk + ko, idx, len, kd, da, qh, hd);
+            if (jb->dq) jb->vo->wsum(jb->dq + qo, da, jb->k + ko, idx, len, kd, hd);
         }
     }
     free(da);

@@ -35,10 +35,18 @@ typedef struct sp_tr_gemm_kern {
     sp_tr_ukernel uk;
 } sp_tr_gemm_kern;
 
-/* The vector operations of attention, per SIMD level. */
+/* The vector operations of attention, per SIMD level, over a list of
+ * rows r_j = base + idx[j] * stride (n floats each). */
 typedef struct sp_tr_vec_ops {
-    float (*dot)(const float *a, const float *b, int n);
-    void (*axpy)(float *y, float a, const float *x, int n);     /* y += a x */
+    /* out[j] = x . r_j */
+    void (*dots)(float *out, const float *x, const float *base, const int32_t *idx, int len,
+                 size_t stride, int n);
+    /* y += sum_j w[j] r_j, j in order (y held in registers for n <= 64) */
+    void (*wsum)(float *y, const float *w, const float *base, const int32_t *idx, int len,
+                 size_t stride, int n);
+    /* r_j += w[j] x for every j (rows may repeat: j in order) */
+    void (*scatter)(float *base, const int32_t *idx, int len, size_t stride, const float *w,
+                    const float *x, int n);
 } sp_tr_vec_ops;
 
 #if defined(__x86_64__)
