@@ -41,12 +41,14 @@ typedef struct eagle_draft {
     sp_kv *kv;                   /* the head's cache: verified rows, then a proposal's draft rows */
     sp_head_ws *ws;
     int n_true;                  /* cache entries from verified rows */
-    float *feat;                 /* (cap_feat, d) fused rows waiting for their next token */
+    float *feat;                 /* (cap_feat, 3 d_t) taps of rows waiting for their next token
+                                    (fused in the batched pass that runs them) */
     int n_feat, cap_feat;
     int feat_pos;                /* position of feat[0] */
     int32_t *toks;               /* tokens after the last processed position */
     int n_toks, cap_toks;
     float *out;                  /* (EAGLE_ROWS, d) outputs of the last pass */
+    float *g;                    /* (EAGLE_ROWS, d) fused inputs of a pass */
     float *h_last;               /* (d) the output to feed forward */
     float *logits;               /* (n_vocab_draft) */
     bool have_logits;            /* logits/h_last belong to the latest processed position */
@@ -58,15 +60,14 @@ typedef struct eagle_draft {
  * Queues
  * ------------------------------------------------------------------------- */
 
+/* Floats of one queued row: its taps at the three layers. */
+static size_t feat_width(const eagle_draft *g) { return (size_t)SP_HEAD_TAPS * g->h->hp.n_embd_target; }
+
 static void feat_push(eagle_draft *g, const sp_taps *t) {
-    const int d = g->h->hp.n_embd;
-    assert(t->n_layers == SP_HEAD_TAPS && t->pos == g->feat_pos + g->n_feat);
-    SP_VEC_GROW(g->feat, g->cap_feat, (size_t)(g->n_feat + t->n_rows) * d);
-    for (int at = 0; at < t->n_rows; at += EAGLE_ROWS) {
-        const int n = t->n_rows - at < EAGLE_ROWS ? t->n_rows - at : EAGLE_ROWS;
-        sp_head_fuse(g->h, g->ws, t->data + (size_t)at * t->n_layers * t->dim, n,
-                     g->feat + (size_t)(g->n_feat + at) * d);
-    }
+    const size_t w = feat_width(g);
+    assert(t->n_layers == SP_HEAD_TAPS && (size_t)t->n_layers * t->dim == w && t->pos == g->feat_pos + g->n_feat);
+    SP_VEC_GROW(g->feat, g->cap_feat, (g->n_feat + (size_t)t->n_rows) * w);
+    memcpy(g->feat + (size_t)g->n_feat * w, t->data, (size_t)t->n_rows * w * sizeof(float));
     g->n_feat += t->n_rows;
 }
 
@@ -80,18 +81,19 @@ static void toks_push(eagle_draft *g, const int32_t *t, int n) {
  * its cache; the last one's output and logits become the proposal's start. */
 static int run_ready(eagle_draft *g, sp_err *err) {
     const int d = g->h->hp.n_embd;
+    const size_t w = feat_width(g);
     const int ready = g->n_feat < g->n_toks ? g->n_feat : g->n_toks;
     assert(g->kv->n == g->n_true && g->n_true == g->feat_pos);
     for (int at = 0; at < ready; at += EAGLE_ROWS) {
         const int n = ready - at < EAGLE_ROWS ? ready - at : EAGLE_ROWS;
         const bool last = at + n == ready;
-        if (sp_head_forward(g->h, g->ws, g->kv, g->feat + (size_t)at * d, g->toks + at, n, g->out,
-                            last ? g->logits : NULL, err))
+        sp_head_fuse(g->h, g->ws, g->feat + (size_t)at * w, n, g->g);
+        if (sp_head_forward(g->h, g->ws, g->kv, g->g, g->toks + at, n, g->out, last ? g->logits : NULL, err))
             return -1;
         if (last) memcpy(g->h_last, g->out + (size_t)(n - 1) * d, (size_t)d * sizeof(float));
     }
     if (!ready) return 0;
-    memmove(g->feat, g->feat + (size_t)ready * d, (size_t)(g->n_feat - ready) * d * sizeof(float));
+    memmove(g->feat, g->feat + (size_t)ready * w, (size_t)(g->n_feat - ready) * w * sizeof(float));
     memmove(g->toks, g->toks + ready, (size_t)(g->n_toks - ready) * sizeof *g->toks);
     g->n_feat -= ready;
     g->n_toks -= ready;
@@ -152,6 +154,7 @@ static sp_draft *eg_open(sp_drafter *d, const sp_target *t, sp_err *err) {
     g->ws = sp_head_ws_create(e->head, EAGLE_ROWS, e->n_ctx, e->pool);
     const size_t dd = (size_t)e->head->hp.n_embd;
     g->out = sp_xmalloc((size_t)EAGLE_ROWS * dd * sizeof(float));
+    g->g = sp_xmalloc((size_t)EAGLE_ROWS * dd * sizeof(float));
     g->h_last = sp_xmalloc(dd * sizeof(float));
     g->logits = sp_xmalloc((size_t)e->head->hp.n_vocab_draft * sizeof(float));
     sp_draft *s = sp_xcalloc(1, sizeof *s);
@@ -204,7 +207,7 @@ static void eg_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t 
 static int eg_checkpoint(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err) {
     eagle_draft *g = s->impl;
     (void)err;
-    const int d = g->h->hp.n_embd;
+    const size_t d = feat_width(g);
     const size_t kvb = (size_t)g->n_true * (size_t)g->kv->kv_dim * sizeof(sp_f16);
     const int32_t hdr[4] = { g->n_true, g->n_feat, g->feat_pos, g->n_toks };
     const size_t n = sp_ckpt_header(s->drafter, NULL, 0) + sizeof hdr + 2 * kvb +
@@ -227,7 +230,7 @@ static int eg_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *err) 
     int32_t hdr[4];
     if (len - (size_t)off < sizeof hdr) return sp_err_set(err, "eagle checkpoint: truncated");
     memcpy(hdr, buf + off, sizeof hdr);
-    const int d = g->h->hp.n_embd;
+    const size_t d = feat_width(g);
     const size_t kvd = (size_t)g->kv->kv_dim;
     if (hdr[0] < 0 || hdr[0] > g->kv->n_ctx || hdr[1] < 0 || hdr[1] > (1 << 20) || hdr[2] != hdr[0] ||
         hdr[3] < 0 || hdr[3] > (1 << 20))
@@ -256,6 +259,7 @@ static void eg_close(sp_draft *s) {
     free(g->feat);
     free(g->toks);
     free(g->out);
+    free(g->g);
     free(g->h_last);
     free(g->logits);
     free(g);

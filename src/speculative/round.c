@@ -47,6 +47,7 @@ struct sp_seq {
     sp_adapt adapt;
     int32_t shadow[SP_SHADOW_MAX];
     int n_shadow, shadow_pos;    /* n_shadow = 0: no shadow proposal pending */
+    int idle_rounds;             /* rounds since the last one that asked for drafts */
     sp_finish finish;
     sp_spec_stats st;
     uint64_t t_start, t_prefill0;
@@ -175,6 +176,12 @@ static int draft_budget(const sp_seq *q, int pass_rows, double pass_tokens) {
     if (q->cfg.draft_max == SP_DRAFT_ADAPTIVE && !q->draft->drafter->cheap && q->adapt.draft_n == 0 &&
         n > SP_ADAPT_PROBE)
         n = SP_ADAPT_PROBE;
+    /* a costly drafter gets no shadow proposals, so after the controller
+     * stopped it, nothing would ever show that it pays again: probe it
+     * every SP_ADAPT_REPROBE plain rounds (a bounded cost) */
+    if (q->cfg.draft_max == SP_DRAFT_ADAPTIVE && !q->draft->drafter->cheap && n == 0 &&
+        q->idle_rounds >= SP_ADAPT_REPROBE)
+        n = SP_ADAPT_PROBE;
     const int left = q->cfg.max_tokens - (int)q->st.emitted - 1;  /* the round emits up to n + 1 */
     const int room = q->kv->n_ctx - q->kv->n - 1;                  /* cache slots after the pending token */
     if (n > left) n = left;
@@ -230,7 +237,9 @@ int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_f
         return 0;
     }
     if (q->kv->n >= q->kv->n_ctx) { set_done(q, SP_FINISH_CONTEXT); return 0; }
-    const int n = propose(q, draft_budget(q, pass_rows, pass_tokens), &q->prop, err);
+    const int budget = draft_budget(q, pass_rows, pass_tokens);
+    q->idle_rounds = budget > 0 ? 0 : q->idle_rounds + 1;
+    const int n = propose(q, budget, &q->prop, err);
     if (n < 0) return -1;
     q->n_draft = n;
     q->planned_tokens = sp_adapt_expected(&q->adapt, n);

@@ -362,6 +362,9 @@ void sp_adapt_draft_cost(sp_adapt *a, int n, double seconds);
 /* Draft tokens of the first proposal of a drafter whose cost is not yet
  * measured (one that runs a model): the probe that measures it. */
 #define SP_ADAPT_PROBE 2
+/* Plain rounds after which a costly drafter the controller stopped is
+ * probed again (SP_ADAPT_PROBE tokens). */
+#define SP_ADAPT_REPROBE 16
 /* Expected tokens per round with a draft of n (1 + sum of survival). */
 double sp_adapt_expected(const sp_adapt *a, int n);
 
