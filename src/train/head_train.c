@@ -515,6 +515,16 @@ int sp_head_train(const sp_model *t, sp_pool *pool, const sp_distill *ds, const 
         o->draft_vocab > t->hp.n_vocab || o->batch_seqs < 1 || o->epochs < 1)
         return sp_err_set(err, "train-draft: bad options (ttt steps 1..%d, draft vocabulary 16..%d)", MAX_STEPS,
                           t->hp.n_vocab);
+    /* the data file is input like any other: every token must be one of
+     * the target's (the embedding rows are read by id) */
+    for (uint32_t i = 0; i < in->n_seqs; i++) {
+        sp_distill_seq q;
+        sp_distill_get(ds, i, &q);
+        for (int p = 0; p < q.n; p++)
+            if (q.tokens[p] < 0 || q.tokens[p] >= t->hp.n_vocab)
+                return sp_err_set(err, "train-draft: the data's sequence %u has token %d, outside the target's "
+                                  "vocabulary", i, q.tokens[p]);
+    }
     /* split: every 1/heldout-th sequence (in a seeded order) is held out */
     const uint32_t N = in->n_seqs;
     uint32_t *order = sp_xmalloc((size_t)N * sizeof *order);

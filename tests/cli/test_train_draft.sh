@@ -62,6 +62,10 @@ printf 'SPDSTL01garbage' > "$tmp/bad.distill"
 "$BIN" train-draft -m smollm2-135m -o "$tmp/y.gguf" --data-file "$tmp/bad.distill" --data "$tmp/text" --tokens 1000 \
     --seq-len 48 --draft-vocab 512 --eval-every 0 > /dev/null 2> "$tmp/e"; rc=$?
 check "a corrupt data file is reported and made again" bash -c "[ $rc -eq 0 ] && grep -q 'unusable' '$tmp/e'"
+printf 'not a checkpoint' > "$tmp/bad.ckpt"
+"$BIN" train-draft -m smollm2-135m -o "$tmp/z.gguf" --data-file "$tmp/h.gguf.distill" --resume "$tmp/bad.ckpt" \
+    "${small[@]}" > /dev/null 2> "$tmp/e"; rc=$?
+check "a bad --resume checkpoint is an error naming it" bash -c "[ $rc -eq 1 ] && grep -q 'bad.ckpt' '$tmp/e'"
 # a model with no shipped head (a renamed copy) and no --draft-head
 ln -s "${XDG_CACHE_HOME:-$HOME/.cache}/specula/models/SmolLM2-135M-Instruct.Q4_1.gguf" "$tmp/unknown.gguf"
 "$BIN" run -m "$tmp/unknown.gguf" -p hi -n 4 --spec eagle > /dev/null 2> "$tmp/e"; rc=$?

@@ -4,6 +4,7 @@
  * learns a synthetic task.  The trainer's static functions are reached by
  * including its source. */
 #include "test_util.h"
+#include <unistd.h>
 #include "../../src/train/head_train.c"
 
 enum { D = 16, NH = 2, NKV = 1, HD = 8, FF = 32, VT = 64, VD = 32, K = 4, N = 9 };
@@ -177,12 +178,52 @@ static void test_learns(void **state) {
     trainer_free(&tr);
 }
 
+/* A data file whose tokens are not the target's is refused before any
+ * embedding row is read by them. */
+static void test_foreign_tokens(void **state) {
+    (void)state;
+    static toy t;
+    make_toy(&t, 13);
+    char path[] = "/tmp/specula-test-distill-XXXXXX";
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "wb");
+    char h[72] = "SPDSTL01";
+    const uint32_t d = D, k = K, nseq = 2, n = N, lf = 0;
+    const int32_t taps[3] = { 2, 3, 3 };
+    const uint64_t ntok = 2 * N;
+    memcpy(h + 8, &d, 4); memcpy(h + 12, &k, 4); memcpy(h + 16, taps, 12);
+    memcpy(h + 28, &nseq, 4); memcpy(h + 32, &ntok, 8);
+    fwrite(h, 1, sizeof h, f);
+    for (int s = 0; s < 2; s++) {
+        int32_t toks[N];
+        memcpy(toks, t.tokens, sizeof toks);
+        if (s == 1) toks[3] = VT + 5;                /* not a token of the target */
+        fwrite(&n, 4, 1, f); fwrite(&lf, 4, 1, f);
+        fwrite(toks, 4, N, f); fwrite(t.ids, 4, N * K, f); fwrite(t.probs, 2, N * K, f);
+        fwrite(t.taps, 2, N * 3 * D, f);
+    }
+    fclose(f);
+    sp_err err;
+    sp_distill *ds = sp_distill_open(path, &err);
+    if (!ds) fail_msg("open: %s", err.msg);
+    sp_head_train_opts o = sp_head_train_default_opts();
+    memcpy(o.tap_layers, taps, sizeof taps);
+    o.draft_vocab = VD;
+    o.seq_len = N;
+    assert_int_equal(sp_head_train(&t.m, NULL, ds, &o, "/tmp/specula-test-never.gguf", &err), -1);
+    assert_non_null(strstr(err.msg, "vocabulary"));
+    sp_distill_close(ds);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradients),
         cmocka_unit_test(test_unroll_feeds_back),
         cmocka_unit_test(test_short_sequences),
         cmocka_unit_test(test_learns),
+        cmocka_unit_test(test_foreign_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
