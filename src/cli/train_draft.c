@@ -33,6 +33,7 @@ static const char train_help[] =
     "                          continuations of text (pretrained models)\n"
     "      --answer-share F    share of the data from the model's answers (default 0.5)\n"
     "      --draft-vocab N     tokens the head can draft (default 8192)\n"
+    "      --head-type T       the head's matrices: q4_1 (default), q5_0, q8_0, f16 or f32\n"
     "      --ttt N             training-time test steps (default 3)\n"
     "      --seq-len N         tokens per training sequence (default 256)\n"
     "      --batch N           sequences per optimizer step (default 4)\n"
@@ -46,13 +47,24 @@ static const char train_help[] =
 
 typedef struct train_args {
     sp_engine_opts eo;
-    const char *out, *data_file, *resume, *ckpt, *answers;
+    const char *out, *data_file, *resume, *ckpt, *answers, *head_type;
     const char *paths[32];
     int n_paths;
     int64_t tokens;
     float answer_share;
     sp_head_train_opts ho;
 } train_args;
+
+/* A head matrix type by its lower-case name. */
+static int type_by_name(const char *name, uint32_t *type) {
+    static const struct { const char *name; uint32_t type; } types[] = {
+        { "f32", SP_F32 }, { "f16", SP_F16 }, { "q8_0", SP_Q8_0 }, { "q5_0", SP_Q5_0 },
+        { "q4_1", SP_Q4_1 },
+    };
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (!strcmp(types[i].name, name)) { *type = types[i].type; return 0; }
+    return -1;
+}
 
 static int parse(int argc, char **argv, train_args *t) {
     memset(t, 0, sizeof *t);
@@ -67,6 +79,7 @@ static int parse(int argc, char **argv, train_args *t) {
         { "--resume", SP_FLAG_STR, &t->resume, 0, 0 },
         { "--checkpoint", SP_FLAG_STR, &t->ckpt, 0, 0 },
         { "--answers", SP_FLAG_STR, &t->answers, 0, 0 },
+        { "--head-type", SP_FLAG_STR, &t->head_type, 0, 0 },
         { "--tokens", SP_FLAG_INT, &tokens, 1000, 100000000 },
         { "--answer-share", SP_FLAG_FLOAT, &t->answer_share, 0, 1 },
         { "--draft-vocab", SP_FLAG_INT, &t->ho.draft_vocab, 16, 1 << 20 },
@@ -95,6 +108,8 @@ static int parse(int argc, char **argv, train_args *t) {
     if (!t->out) return sp_usage_error("train-draft", "no output: use -o OUT.gguf");
     if (t->answers && strcmp(t->answers, "chat") && strcmp(t->answers, "text"))
         return sp_usage_error("train-draft", "--answers takes chat or text, not '%s'", t->answers);
+    if (t->head_type && type_by_name(t->head_type, &t->ho.head_type))
+        return sp_usage_error("train-draft", "--head-type takes q8_0, q5_0, q4_1, f16 or f32, not '%s'", t->head_type);
     t->tokens = tokens;
     return 0;
 }
@@ -178,7 +193,7 @@ int sp_cmd_train_draft(int argc, char **argv) {
         memcpy(paths, t.paths, (size_t)n * sizeof *paths);
         if (!n) n = default_paths(paths, store);
         sp_distill_opts d = { .paths = paths, .n_paths = n, .max_tokens = t.tokens, .seq_len = t.ho.seq_len,
-                              .top_k = 16, .answer_share = t.answer_share, .answer_tokens = t.ho.seq_len / 2,
+                              .top_k = 16, .answer_share = t.answer_share, .answer_tokens = t.ho.seq_len - 16,
                               .chat = t.answers ? !strcmp(t.answers, "chat") : sp_chat_detect(e.model->gguf) != SP_CHAT_NONE,
                               .seed = t.ho.seed };
         memcpy(d.tap_layers, taps, sizeof taps);

@@ -190,6 +190,29 @@ static int check_target(const sp_gguf *g, const sp_model *t, sp_head *h, sp_err 
     return key_float(g, "specula.draft_min_prob", 0.3f, &h->min_prob, err);
 }
 
+/* The head's own matrices in the packed layout when the kernels in use
+ * have a packed path (as the target's are: sp_model_load_opts.pack); a
+ * drafted token runs every one of them once, so it is read per token like
+ * the target's weights.  The borrowed LM head of a head without its own
+ * is the target's, already packed or not. */
+static void pack_head(sp_head *h, const sp_model *t) {
+    sp_matrix *ms[] = { &h->fc, &h->wq, &h->wk, &h->wv, &h->wo, &h->w_gate, &h->w_up, &h->w_down, &h->output };
+    const size_t n = sizeof ms / sizeof *ms - (h->output.data == t->output.data ? 1 : 0);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (sp_matrix_packable(ms[i]->type, ms[i]->n_in, ms[i]->n_out))
+            total += (sp_matrix_packed_bytes(ms[i]) + 63) & ~(size_t)63;
+    if (!total) return;
+    uint8_t *p = sp_alloc_aligned(total);
+    h->packed = p;
+    for (size_t i = 0; i < n; i++) {
+        if (!sp_matrix_packable(ms[i]->type, ms[i]->n_in, ms[i]->n_out)) continue;
+        sp_matrix_pack(ms[i], p);
+        ms[i]->packed = p;
+        p += (sp_matrix_packed_bytes(ms[i]) + 63) & ~(size_t)63;
+    }
+}
+
 sp_head *sp_head_load(const char *path, const sp_model *target, sp_err *err) {
     sp_gguf *g = sp_gguf_open(path, err);
     if (!g) return NULL;
@@ -202,6 +225,7 @@ sp_head *sp_head_load(const char *path, const sp_model *target, sp_err *err) {
         return NULL;
     }
     if (h->min_prob > 1) h->min_prob = 1;
+    if (sp_kernels_have_packed()) pack_head(h, target);
     return h;
 }
 
@@ -210,6 +234,7 @@ void sp_head_free(sp_head *h) {
     const float *vecs[] = { h->attn_norm, h->attn_norm_2, h->ffn_norm, h->out_norm };
     for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++) free((void *)vecs[i]);
     free(h->d2t);
+    sp_free_aligned(h->packed);
     free(h->path);
     sp_gguf_close(h->gguf);
     free(h);

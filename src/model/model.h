@@ -240,6 +240,7 @@ typedef struct sp_head {
     const sp_matrix *tok_embd;   /* the target's (borrowed) */
     float min_prob;              /* specula.draft_min_prob: drafting stops below it (default 0.3) */
     char target_fingerprint[17]; /* specula.target_fingerprint; "" = not recorded */
+    void *packed;                /* the packed copies of the head's own matrices (owned, or NULL) */
 } sp_head;
 
 /* Loads a head for `target` (borrowed; must outlive the head) and checks
@@ -284,7 +285,7 @@ typedef struct sp_head_weights {
 } sp_head_weights;
 
 typedef struct sp_head_write_opts {
-    uint32_t type;                   /* SP_F32, SP_F16 or SP_Q8_0 for the matrices */
+    uint32_t type;                   /* the matrices: SP_F32, SP_F16, SP_Q8_0, SP_Q5_0 or SP_Q4_1 */
     float min_prob;                  /* specula.draft_min_prob */
     const char *training;            /* specula.training: how it was made (NULL = none) */
 } sp_head_write_opts;

@@ -479,7 +479,8 @@ static int load_ckpt(trainer *tr, const char *path, int64_t *step, int32_t *d2t,
 sp_head_train_opts sp_head_train_default_opts(void) {
     return (sp_head_train_opts){ .draft_vocab = 8192, .ttt_steps = 3, .seq_len = 256, .batch_seqs = 4,
                                  .epochs = 1, .lr = 1e-3f, .lr_floor = 1e-4f, .weight_decay = 0.01f, .clip = 1.0f,
-                                 .warmup = 20, .heldout = 0.05, .seed = 1, .ckpt_every = 100, .min_prob = 0.3f };
+                                 .warmup = 20, .heldout = 0.05, .seed = 1, .ckpt_every = 100, .min_prob = 0.3f,
+                                 .head_type = SP_Q4_1 };
 }
 
 static void write_head(const trainer *tr, const sp_head_train_opts *o, const int32_t *d2t, const char *out,
@@ -498,8 +499,7 @@ static void write_head(const trainer *tr, const sp_head_train_opts *o, const int
         .w_gate = sp_tr_param(a, P_WG), .w_up = sp_tr_param(a, P_WU), .w_down = sp_tr_param(a, P_WD),
         .output = sp_tr_param(a, P_OUT), .d2t = d2t,
     };
-    /* Q8_0: the fused target states of Gemma overflow f16 */
-    const sp_head_write_opts wo = { .type = SP_Q8_0, .min_prob = o->min_prob, .training = o->command };
+    const sp_head_write_opts wo = { .type = o->head_type, .min_prob = o->min_prob, .training = o->command };
     *rc = sp_head_write(out, tr->t, &hp, &w, &wo, err);
 }
 

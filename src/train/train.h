@@ -210,6 +210,10 @@ typedef struct sp_distill_opts {
     uint64_t seed;
 } sp_distill_opts;
 
+/* A generated chat request (prompts.c): an everyday request or an
+ * arithmetic word problem, from templates and the rng, into buf. */
+void sp_distill_request(char *buf, size_t cap, sp_rng *rng);
+
 typedef void (*sp_distill_progress)(void *ud, uint64_t tokens, uint64_t goal, uint64_t answer_tokens);
 
 /* Makes the data file at out_path with the context's model (its slots
@@ -270,6 +274,7 @@ typedef struct sp_head_train_opts {
     uint64_t seed;
     int32_t tap_layers[3];
     float min_prob;                  /* written as the head's drafting threshold */
+    uint32_t head_type;              /* the written head's matrices (sp_head_write_opts.type) */
     const char *command;             /* recorded in the head (specula.training) */
     const char *ckpt_path;           /* NULL = no checkpoints */
     int ckpt_every;                  /* optimizer steps between checkpoints */

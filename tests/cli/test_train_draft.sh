@@ -31,6 +31,9 @@ py=$(tests/tools/gguf_python.sh)
 "$py" tests/tools/check_eagle3_gguf.py "$tmp/h.gguf" 30 49152 > "$tmp/chk" 2>&1
 check "the head has llama.cpp's eagle3 layout (gguf-py)" grep -q '^ok:' "$tmp/chk"
 grep -v '^ok:' "$tmp/chk" | sed 's/^/# /'
+types=$("$py" -c "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); print(*sorted(t.name + '=' + t.tensor_type.name for t in r.tensors if t.name in ('blk.0.attn_q.weight', 'fc.weight', 'output.weight')))" "$tmp/h.gguf")
+check "its matrices are Q4_1 by default, fc stays F32" test "$types" = "blk.0.attn_q.weight=Q4_1 fc.weight=F32 output.weight=Q4_1"
+echo "# $types"
 
 p="Item 7: the quick brown fox"
 "$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0 -q > "$tmp/plain" 2>/dev/null
@@ -58,6 +61,16 @@ check "no -o exits 2" bash -c "[ $rc -eq 2 ] && grep -q 'no output' '$tmp/e'"
 check "--ttt out of range exits 2" test $rc -eq 2
 "$BIN" train-draft -m smollm2-135m -o "$tmp/x.gguf" --answers poems > /dev/null 2> "$tmp/e"; rc=$?
 check "--answers takes chat or text" bash -c "[ $rc -eq 2 ] && grep -q 'chat or text' '$tmp/e'"
+"$BIN" train-draft -m smollm2-135m -o "$tmp/x.gguf" --head-type q3_k > /dev/null 2> "$tmp/e"; rc=$?
+check "--head-type takes the listed types" bash -c "[ $rc -eq 2 ] && grep -q 'q4_1' '$tmp/e'"
+# --head-type q8_0 from the checkpoint: no step left to train, the head is written again
+"$BIN" train-draft -m smollm2-135m -o "$tmp/h8.gguf" --data-file "$tmp/h.gguf.distill" --resume "$tmp/h.gguf.ckpt" \
+    --checkpoint "$tmp/h8.ckpt" --head-type q8_0 "${small[@]}" > /dev/null 2> "$tmp/e"; rc=$?
+types=$("$py" -c "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); print(*sorted(t.name + '=' + t.tensor_type.name for t in r.tensors if t.name in ('blk.0.attn_q.weight', 'fc.weight')))" "$tmp/h8.gguf" 2>&1)
+check "--head-type q8_0 rewrites a finished checkpoint's head as Q8_0" \
+    bash -c "[ $rc -eq 0 ] && [ '$types' = 'blk.0.attn_q.weight=Q8_0 fc.weight=F32' ]"
+"$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0 --spec eagle --draft-head "$tmp/h8.gguf" --tree-width 3 > "$tmp/spec" 2> /dev/null
+check "run --spec eagle --tree-width 3 gives plain decoding's text" cmp -s "$tmp/plain" "$tmp/spec"
 printf 'SPDSTL01garbage' > "$tmp/bad.distill"
 "$BIN" train-draft -m smollm2-135m -o "$tmp/y.gguf" --data-file "$tmp/bad.distill" --data "$tmp/text" --tokens 1000 \
     --seq-len 48 --draft-vocab 512 --eval-every 0 > /dev/null 2> "$tmp/e"; rc=$?
