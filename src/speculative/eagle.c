@@ -33,6 +33,7 @@ typedef struct eagle_drafter {
     sp_pool *pool;               /* borrowed */
     int n_ctx;
     float min_prob;
+    int tree_width;              /* first-draft candidates: 1 = chains */
 } eagle_drafter;
 
 typedef struct eagle_draft {
@@ -53,7 +54,9 @@ typedef struct eagle_draft {
     float *logits;               /* (n_vocab_draft) */
     bool have_logits;            /* logits/h_last belong to the latest processed position */
     int32_t prop[SP_MAX_DRAFT];
+    int32_t parent[SP_MAX_DRAFT]; /* a tree proposal's parents */
     int n_prop;
+    bool tree;                   /* the last proposal is a tree */
 } eagle_draft;
 
 /* ----------------------------------------------------------------------------
@@ -107,24 +110,55 @@ static int run_ready(eagle_draft *g, sp_err *err) {
  * Drafting
  * ------------------------------------------------------------------------- */
 
-/* The most likely draft token and its probability under the head. */
-static int32_t top_token(const eagle_draft *g, float *prob) {
+/* The head's w most likely draft tokens, best first, with their
+ * probabilities (softmax over the draft vocabulary); w <= SP_EAGLE_MAX_WIDTH. */
+#define SP_EAGLE_MAX_WIDTH 8
+static void top_tokens(const eagle_draft *g, int w, int32_t *ids, float *probs) {
     const int V = g->h->hp.n_vocab_draft;
-    int best = 0;
-    for (int i = 1; i < V; i++) if (g->logits[i] > g->logits[best]) best = i;
+    const float *l = g->logits;
+    int best[SP_EAGLE_MAX_WIDTH], n = 0;
+    for (int i = 0; i < V; i++) {                  /* insertion into the running top w */
+        if (n == w && !(l[i] > l[best[w - 1]])) continue;
+        int j = n < w ? n++ : w - 1;
+        while (j > 0 && l[i] > l[best[j - 1]]) { best[j] = best[j - 1]; j--; }
+        best[j] = i;
+    }
     double sum = 0;
-    for (int i = 0; i < V; i++) sum += exp((double)g->logits[i] - g->logits[best]);
-    *prob = (float)(1.0 / sum);
-    return g->h->d2t[best];
+    for (int i = 0; i < V; i++) sum += exp((double)l[i] - l[best[0]]);
+    for (int j = 0; j < n; j++) {
+        ids[j] = g->h->d2t[best[j]];
+        probs[j] = (float)(exp((double)l[best[j]] - l[best[0]]) / sum);
+    }
 }
 
+/* A chain of greedy drafts, each row feeding the head's own output
+ * forward, while the head's top probability stays at min_prob or above.
+ * With tree_width > 1 the first draft's runners-up join as siblings after
+ * the chain (parent -1): each costs one verified row and no head pass, and
+ * catches the rounds where the head's first choice is wrong but another is
+ * right.  Slots go where the head expects more: the chain grows only while
+ * its next token's probability (the product along the chain) is at least
+ * that of the sibling the remaining slots would otherwise hold. */
 static int draft(eagle_draft *g, int max_n, sp_err *err) {
-    const int d = g->h->hp.n_embd;
+    const int d = g->h->hp.n_embd, W = g->e->tree_width;
+    int32_t first[SP_EAGLE_MAX_WIDTH];
+    float pfirst[SP_EAGLE_MAX_WIDTH];
+    top_tokens(g, W, first, pfirst);
+    int n_sib = 0;                   /* runners-up worth a row: at least min_prob / 3 */
+    while (n_sib + 1 < W && pfirst[n_sib + 1] >= g->e->min_prob / 3) n_sib++;
     g->n_prop = 0;
+    g->tree = false;
+    double chain_p = 1;
     while (g->n_prop < max_n) {
+        int32_t t;
         float p;
-        const int32_t t = top_token(g, &p);
-        if (p < g->e->min_prob) break;
+        if (g->n_prop == 0) { t = first[0]; p = pfirst[0]; }
+        else top_tokens(g, 1, &t, &p);
+        const int left = max_n - g->n_prop;  /* slots left, this one included */
+        const float displaced = g->n_prop > 0 && left <= n_sib ? pfirst[left] : 0;
+        if (p < g->e->min_prob || chain_p * p < displaced) break;
+        chain_p *= p;
+        g->parent[g->n_prop] = g->n_prop - 1;
         g->prop[g->n_prop++] = t;
         if (g->n_prop == max_n || g->kv->n >= g->kv->n_ctx) break;
         /* the next row: the head's own output stands in for the target's
@@ -132,6 +166,11 @@ static int draft(eagle_draft *g, int max_n, sp_err *err) {
         float *next = g->out;
         memcpy(next, g->h_last, (size_t)d * sizeof(float));
         if (sp_head_forward(g->h, g->ws, g->kv, next, &t, 1, g->h_last, g->logits, err)) return -1;
+    }
+    for (int j = 1; j <= n_sib && g->n_prop > 0 && g->n_prop < max_n; j++) {
+        g->parent[g->n_prop] = -1;
+        g->prop[g->n_prop++] = first[j];
+        g->tree = true;
     }
     g->have_logits = false;          /* the logits now belong to a draft position */
     return 0;
@@ -185,7 +224,7 @@ static int eg_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
     if (run_ready(g, err)) return -1;
     if (max_n <= 0 || !g->have_logits || g->n_feat != 0) return 0;
     if (draft(g, max_n > SP_MAX_DRAFT ? SP_MAX_DRAFT : max_n, err)) return -1;
-    *out = (sp_proposal){ .n = g->n_prop, .tokens = g->prop };
+    *out = (sp_proposal){ .n = g->n_prop, .tokens = g->prop, .parent = g->tree ? g->parent : NULL };
     return 0;
 }
 
@@ -193,11 +232,10 @@ static int eg_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
  * queue for the next pass with the accepted drafts as their next tokens. */
 static void eg_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path, const sp_taps *v) {
     eagle_draft *g = s->impl;
-    (void)path;                      /* chains only */
     sp_kv_trim(g->kv, g->n_true);
     if (n_drafted > 0) {
-        assert(n_drafted == g->n_prop && n_accepted <= n_drafted);
-        toks_push(g, g->prop, n_accepted);
+        assert(n_drafted == g->n_prop && n_accepted <= n_drafted && (path || !g->tree));
+        for (int i = 0; i < n_accepted; i++) toks_push(g, &g->prop[path ? path[i] : i], 1);
         g->n_prop = 0;
     }
     if (v) feat_push(g, v);
@@ -288,17 +326,86 @@ sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_e
     e->pool = pool;
     e->n_ctx = o && o->n_ctx > 0 ? o->n_ctx : 4096;
     e->min_prob = o && o->min_prob >= 0 ? o->min_prob : h->min_prob;
+    e->tree_width = o && o->tree_width > 0 ? o->tree_width : 1;
+    if (e->tree_width > SP_EAGLE_MAX_WIDTH) {
+        sp_head_free(h);
+        free(e);
+        sp_err_set(err, "eagle: tree width must be in [1, %d] (got %d)", SP_EAGLE_MAX_WIDTH, o->tree_width);
+        return NULL;
+    }
     sp_drafter *d = sp_xcalloc(1, sizeof *d);
     d->ops = &eagle_ops;
     d->impl = e;
     snprintf(d->name, sizeof d->name, "eagle");
     char fp[17];
     sp_model_fingerprint_gguf(h->gguf, fp);
-    snprintf(d->ns, sizeof d->ns, "eagle-v1:%s:%s:%.3f", fp, target->fingerprint, (double)e->min_prob);
+    snprintf(d->ns, sizeof d->ns, "eagle-v1:%s:%s:%.3f:%d", fp, target->fingerprint, (double)e->min_prob,
+             e->tree_width);
     d->needs = SP_CAP_HIDDEN_TAPS;
     d->n_taps = SP_HEAD_TAPS;
     memcpy(d->tap_layers, h->hp.target_layers, sizeof h->hp.target_layers);
     d->cheap = false;
     d->default_draft_max = 6;
     return d;
+}
+
+/* ----------------------------------------------------------------------------
+ * Cost
+ * ------------------------------------------------------------------------- */
+
+static int cmp_f64(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int sp_eagle_cost(const char *path, const sp_model *target, sp_workspace *ws, sp_pool *pool, sp_eagle_cost_t *out,
+                  sp_err *err) {
+    enum { REPS = 31, CTX = 64 };
+    sp_head *h = sp_head_load(path, target, err);
+    if (!h) return -1;
+    const int d = h->hp.n_embd;
+    sp_head_ws *hw = sp_head_ws_create(h, 4, CTX + 4 * REPS + 8, pool);
+    sp_kv *hkv = sp_head_kv_create(h, CTX + 4 * REPS + 8);
+    sp_kv *kv = sp_kv_create(target, CTX + 2);
+    float *logits = sp_alloc_aligned((size_t)target->hp.n_vocab * sizeof(float));
+    float *taps = sp_xcalloc((size_t)2 * SP_HEAD_TAPS * d, sizeof(float));
+    float *g = sp_xcalloc((size_t)2 * d, sizeof(float)), *o = sp_xcalloc((size_t)2 * d, sizeof(float));
+    float *hl = sp_xmalloc((size_t)h->hp.n_vocab_draft * sizeof(float));
+    double row[REPS], catchup[REPS], fwd[REPS];
+    int32_t toks[CTX];
+    for (int i = 0; i < CTX; i++) toks[i] = (int32_t)((i * 7919 + 13) % target->hp.n_vocab);
+    for (int i = 0; i < 2 * SP_HEAD_TAPS * d; i++) taps[i] = (float)((i * 37) % 101 - 50) * 0.02f;
+    int rc = sp_model_forward(target, kv, ws, toks, CTX, SP_LOGITS_NONE, NULL, err);
+    for (int r = -4; r < REPS && !rc; r++) {   /* r < 0 warms up */
+        /* a target row between head passes evicts the head's weights from
+         * the caches, as a verification does in a real round */
+        uint64_t t0 = sp_now_ns();
+        rc = sp_model_forward(target, kv, ws, toks, 1, SP_LOGITS_LAST, logits, err);
+        sp_kv_trim(kv, CTX);
+        uint64_t t1 = sp_now_ns();
+        sp_head_fuse(h, hw, taps, 2, g);
+        if (!rc) rc = sp_head_forward(h, hw, hkv, g, toks, 2, o, NULL, err);
+        uint64_t t2 = sp_now_ns();
+        if (!rc) rc = sp_head_forward(h, hw, hkv, o + d, toks, 1, o, hl, err);
+        uint64_t t3 = sp_now_ns();
+        if (r >= 0) {
+            fwd[r] = sp_ns_to_s(t1 - t0);
+            catchup[r] = sp_ns_to_s(t2 - t1) / 2;
+            row[r] = sp_ns_to_s(t3 - t2);
+        }
+    }
+    if (!rc) {
+        qsort(fwd, REPS, sizeof *fwd, cmp_f64);
+        qsort(catchup, REPS, sizeof *catchup, cmp_f64);
+        qsort(row, REPS, sizeof *row, cmp_f64);
+        *out = (sp_eagle_cost_t){ .t1 = fwd[REPS / 2], .draft_row = row[REPS / 2], .catchup_row = catchup[REPS / 2],
+                                  .n_vocab_draft = h->hp.n_vocab_draft };
+    }
+    free(hl); free(o); free(g); free(taps);
+    sp_free_aligned(logits);
+    sp_kv_free(kv);
+    sp_kv_free(hkv);
+    sp_head_ws_free(hw);
+    sp_head_free(h);
+    return rc;
 }

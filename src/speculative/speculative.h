@@ -239,9 +239,21 @@ int sp_xvocab_continue(const sp_tokenizer *ttok, const int32_t *thist, int n_thi
 typedef struct sp_eagle_opts {
     int n_ctx;                       /* the head's cache (0 = 4096; the target's context) */
     float min_prob;                  /* < 0: the head file's specula.draft_min_prob */
+    int tree_width;                  /* 0/1: chains; 2..8: the first draft's likely runners-up join as siblings */
 } sp_eagle_opts;
 sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_eagle_opts *o, sp_pool *pool,
                             sp_err *err);
+/* What a head costs on this machine, each part timed right after a
+ * one-row target forward (which evicts the head's weights from the caches,
+ * as a round's verification does); medians in seconds. */
+typedef struct sp_eagle_cost_t {
+    double t1;                       /* the one-row target forward */
+    double draft_row;                /* one drafted token: a head row and its LM head */
+    double catchup_row;              /* one verified row entering the head: fc and the layer (2 a pass) */
+    int n_vocab_draft;
+} sp_eagle_cost_t;
+int sp_eagle_cost(const char *path, const sp_model *target, sp_workspace *ws, sp_pool *pool, sp_eagle_cost_t *out,
+                  sp_err *err);
 
 /* Creates a drafter by name ("ngram", "suffix", "draft", "self", "eagle",
  * or a combination "A,B" / "A+B") with parameters from the options below

@@ -85,7 +85,7 @@ static void tmp_path(char *buf, size_t cap, const char *tag) {
     snprintf(buf, cap, "/tmp/specula-test-head-%d-%s.gguf", (int)getpid(), tag);
 }
 
-static sp_drafter *eagle_for(fixture *f, bool identity, uint32_t type) {
+static sp_drafter *eagle_tree(fixture *f, bool identity, uint32_t type, int tree_width) {
     char path[256];
     tmp_path(path, sizeof path, identity ? "id" : "rand");
     head_buf b;
@@ -93,12 +93,14 @@ static sp_drafter *eagle_for(fixture *f, bool identity, uint32_t type) {
     sp_err err;
     if (write_head(f->m, &b, path, type, &err)) fail_msg("write: %s", err.msg);
     free_head(&b);
-    const sp_eagle_opts o = { .n_ctx = 1024, .min_prob = -1 };
+    const sp_eagle_opts o = { .n_ctx = 1024, .min_prob = -1, .tree_width = tree_width };
     sp_drafter *d = sp_eagle_create(path, f->m, &o, f->pool, &err);
     if (!d) fail_msg("load: %s", err.msg);
     unlink(path);
     return d;
 }
+
+static sp_drafter *eagle_for(fixture *f, bool identity, uint32_t type) { return eagle_tree(f, identity, type, 1); }
 
 /* Raw text (no chat template) the models continue by repeating its
  * token, which the identity head drafts. */
@@ -157,6 +159,23 @@ static void test_with_suffix(void **state) {
     sp_drafter_free(d);
 }
 
+/* The prompt's taps (n, 3, d) at the head's layers, from the target. */
+static float *prompt_taps(fixture *f, const sp_drafter *d, const sp_tokens *p) {
+    sp_err err;
+    const int dim = f->m->hp.n_embd;
+    float *taps = calloc((size_t)p->n * 3 * dim, sizeof(float));
+    sp_kv *kv = sp_kv_create(f->m, 1024);
+    sp_fwd_seq q = { .kv = kv, .tap_layers = d->tap_layers, .n_taps = 3 };
+    for (int at = 0; at < p->n; at += 64) {   /* the fixture's workspace: 64 rows a pass */
+        q.tokens = p->ids + at;
+        q.n = p->n - at < 64 ? p->n - at : 64;
+        q.taps = taps + (size_t)at * 3 * dim;
+        assert_int_equal(sp_model_forward_batch(f->m, f->ws, &q, 1, &err), 0);
+    }
+    sp_kv_free(kv);
+    return taps;
+}
+
 /* A restored draft proposes what the original proposes. */
 static void test_checkpoint(void **state) {
     fixture *f = *state;
@@ -165,15 +184,7 @@ static void test_checkpoint(void **state) {
     sp_tokens p = { 0 };
     prompt_of(f, REPEAT, &p);
     const int dim = f->m->hp.n_embd;
-    float *taps = calloc((size_t)p.n * 3 * dim, sizeof(float));
-    sp_kv *kv = sp_kv_create(f->m, 1024);
-    sp_fwd_seq q = { .kv = kv, .tokens = p.ids, .n = p.n, .tap_layers = d->tap_layers, .n_taps = 3, .taps = taps };
-    for (int at = 0; at < p.n; at += 64) {    /* the fixture's workspace: 64 rows a pass */
-        q.tokens = p.ids + at;
-        q.n = p.n - at < 64 ? p.n - at : 64;
-        q.taps = taps + (size_t)at * 3 * dim;
-        assert_int_equal(sp_model_forward_batch(f->m, f->ws, &q, 1, &err), 0);
-    }
+    float *taps = prompt_taps(f, d, &p);
     sp_target t = sp_target_of(f->m);
     sp_draft *a = sp_draft_open(d, &t, &err), *b = sp_draft_open(d, &t, &err);
     const sp_taps pt = { .n_rows = p.n, .n_layers = 3, .dim = dim, .pos = 0, .data = taps };
@@ -195,7 +206,52 @@ static void test_checkpoint(void **state) {
     free(buf);
     sp_draft_close(a);
     sp_draft_close(b);
-    sp_kv_free(kv);
+    free(taps);
+    sp_tokens_free(&p);
+    sp_drafter_free(d);
+}
+
+/* Trees: the first draft's likely runners-up join as siblings; output
+ * stays plain decoding's (Q4_1 head, packed), and when the target accepts a
+ * sibling, that token -- not the chain's first -- is what the head's state
+ * goes on from. */
+static void test_tree(void **state) {
+    fixture *f = *state;
+    sp_drafter *d = eagle_tree(f, true, SP_Q4_1, 4);
+    same_as_plain(f, d, fx_prompts[0], 0.0f, 6);
+    same_as_plain(f, d, fx_prompts[1], 0.8f, SP_DRAFT_ADAPTIVE);
+    same_as_plain(f, d, REPEAT, 0.0f, 4);
+    /* drive the seam: a proposal with a sibling, the sibling accepted */
+    sp_err err;
+    sp_tokens p = { 0 };
+    prompt_of(f, fx_prompts[2], &p);
+    const int dim = f->m->hp.n_embd;
+    float *taps = prompt_taps(f, d, &p);
+    sp_target t = sp_target_of(f->m);
+    sp_draft *a = sp_draft_open(d, &t, &err);
+    const sp_taps pt = { .n_rows = p.n, .n_layers = 3, .dim = dim, .pos = 0, .data = taps };
+    assert_int_equal(d->ops->prefill(a, p.ids, p.n, &pt, &err), 0);
+    const int32_t feed = p.ids[p.n - 1];
+    sp_proposal pr;
+    assert_int_equal(sp_draft_propose(a, &feed, 1, 6, &pr, &err), 0);
+    if (!pr.parent) fail_msg("a width-4 head proposed a chain of %d on a chat prompt", pr.n);
+    int sib = -1;
+    for (int i = 1; i < pr.n; i++)
+        if (pr.parent[i] == -1) { sib = i; break; }
+    assert_true(sib > 0 && pr.tokens[sib] != pr.tokens[0]);
+    const int32_t path[1] = { sib };
+    float *vt = calloc((size_t)2 * 3 * dim, sizeof(float));
+    const sp_taps verified = { .n_rows = 2, .n_layers = 3, .dim = dim, .pos = p.n, .data = vt };
+    d->ops->commit(a, pr.n, 1, path, &verified);
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(sp_draft_checkpoint(a, &buf, &len, &err), 0);
+    int32_t last;                    /* the checkpoint ends with the queued tokens */
+    memcpy(&last, buf + len - sizeof last, sizeof last);
+    assert_int_equal(last, pr.tokens[sib]);
+    free(buf);
+    free(vt);
+    sp_draft_close(a);
     free(taps);
     sp_tokens_free(&p);
     sp_drafter_free(d);
@@ -245,7 +301,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identity_head), cmocka_unit_test(test_random_head),
         cmocka_unit_test(test_with_suffix),   cmocka_unit_test(test_checkpoint),
-        cmocka_unit_test(test_bad_heads),
+        cmocka_unit_test(test_bad_heads),     cmocka_unit_test(test_tree),
     };
     int rc = cmocka_run_group_tests_name("smollm2", tests, fx_setup_smol, fx_teardown);
     rc |= cmocka_run_group_tests_name("gemma3", tests, fx_setup_gemma, fx_teardown);
