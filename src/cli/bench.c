@@ -325,7 +325,7 @@ static double macs_per_row(const sp_model *m) {
 /* t(K)/t(1) for K = 1..16, plus the machine figures the kernels are judged
  * against: read bandwidth and the decode limit it implies, and the peak
  * int8 MAC rate against what windows of 8..16 rows achieve. */
-static int verify_cost(const char **models, int n_models, const sp_engine_opts *eo) {
+static int verify_cost(const char **models, int n_models, const sp_engine_opts *eo, const sp_spec_cli *spec) {
     static const char *defaults[] = { "smollm2-135m", "gemma3-270m" };
     if (!n_models) { models = defaults; n_models = 2; }
     int ks[16];
@@ -357,6 +357,19 @@ static int verify_cost(const char **models, int n_models, const sp_engine_opts *
                    k < 16 ? ", " : "\n");
         printf("# K ratio (t(K)/t(1)); t(1) = %.2f ms\n", c.t[1] * 1e3);
         for (int k = 1; k <= 16; k++) printf("%d %.3f\n", k, c.t[k] / c.t[1]);
+        char hbuf[4096];
+        const char *head = sp_engine_head(&e, spec, hbuf, sizeof hbuf);
+        sp_eagle_cost_t ec;
+        if (head && sp_eagle_cost(head, e.model, e.ws, e.pool, &ec, &err)) {
+            fprintf(stderr, "specula bench: %s\n", err.msg);
+            sp_engine_close(&e);
+            return SP_EXIT_FAIL;
+        }
+        if (head)
+            printf("# eagle head %s (draft vocabulary %d), each part right after a 1-row target forward of %.2f ms:\n"
+                   "#   one draft token (head row + LM head) %.3f ms = %.1f%% of it; one verified row entering the "
+                   "head (fc + layer) %.3f ms = %.1f%%\n", head, ec.n_vocab_draft, ec.t1 * 1e3, ec.draft_row * 1e3,
+                   100 * ec.draft_row / ec.t1, ec.catchup_row * 1e3, 100 * ec.catchup_row / ec.t1);
         sp_engine_close(&e);
     }
     return 0;
@@ -415,7 +428,7 @@ int sp_cmd_bench(int argc, char **argv) {
         if (sp_arg_is(&a, "-h|--help")) { fputs(bench_help, stdout); return 0; }
         return sp_arg_unknown(&a);
     }
-    if (vcost) return verify_cost(models, n_models, &eo);
+    if (vcost) return verify_cost(models, n_models, &eo, &o.spec);
     if (n_models > 1) return sp_usage_error("bench", "one -m per run (except with --verify-cost)");
     if (parse_methods(methods, &o)) return SP_EXIT_USAGE;
 

@@ -140,5 +140,8 @@ void sp_self_cache_path(const sp_model *m, char *buf, size_t cap);
 /* Creates the drafter for a --spec / --methods name with the engine's
  * target and pool (model names of --draft-model resolved). */
 sp_drafter *sp_engine_drafter(const sp_engine *e, const char *method, const sp_spec_cli *o, sp_err *err);
+/* The EAGLE head --spec eagle would use (--draft-head, else the shipped
+ * one for a known model), or NULL. */
+const char *sp_engine_head(const sp_engine *e, const sp_spec_cli *o, char *buf, size_t cap);
 
 #endif /* SP_CLI_H */

@@ -139,6 +139,10 @@ static const char *default_head(const sp_model *m, char *buf, size_t cap) {
     return NULL;
 }
 
+const char *sp_engine_head(const sp_engine *e, const sp_spec_cli *o, char *buf, size_t cap) {
+    return o->d.draft_head ? o->d.draft_head : default_head(e->model, buf, cap);
+}
+
 sp_drafter *sp_engine_drafter(const sp_engine *e, const char *method, const sp_spec_cli *o, sp_err *err) {
     sp_drafter_opts d = o->d;
     char path[4096], layers[1024], head[4096];
