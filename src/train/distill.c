@@ -197,9 +197,17 @@ static char *make_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, cons
         "Continue the following text.", "What are the main points of this text? Answer with a short list.",
         "Rewrite the following text in plain language.", "Write three questions about this text and answer them.",
     };
-    const char *ask = asks[r % (sizeof asks / sizeof *asks)];
-    char *user = sp_xmalloc(strlen(ask) + strlen(snip) + 3);
-    sprintf(user, "%s\n\n%s", ask, snip);
+    /* half the requests are about the snippet, half generated ones */
+    char *user;
+    if (r % 2) {
+        sp_rng rr = { r };
+        user = sp_xmalloc(512);
+        sp_distill_request(user, 512, &rr);
+    } else {
+        const char *ask = asks[(r / 2) % (sizeof asks / sizeof *asks)];
+        user = sp_xmalloc(strlen(ask) + strlen(snip) + 3);
+        sprintf(user, "%s\n\n%s", ask, snip);
+    }
     const sp_chat_msg msg = { "user", user };
     char sys[1024], *text = NULL;
     (void)tok;
@@ -226,7 +234,8 @@ static int answer_batch(sp_ctx *ctx, answer *a, int n, const sp_distill_opts *o,
         sp_seq_params p = sp_seq_default_params();
         p.prompt = a[i].seq.ids;
         p.n_prompt = a[i].seq.n;
-        p.max_tokens = o->answer_tokens;
+        p.max_tokens = o->seq_len - a[i].seq.n;   /* the answer fills the sequence */
+        if (p.max_tokens > o->answer_tokens) p.max_tokens = o->answer_tokens;
         p.sampling.temperature = i % 2 ? 0.7f : 0.0f;   /* greedy answers, and sampled ones for variety */
         p.sampling.top_k = 40;
         p.sampling.top_p = 0.95f;

@@ -217,6 +217,35 @@ static void test_foreign_tokens(void **state) {
     unlink(path);
 }
 
+/* The generated chat requests: fixed by the seed, varied, whole
+ * sentences with every template slot filled, cut to the buffer. */
+static void test_requests(void **state) {
+    (void)state;
+    char seen[64][512];
+    int distinct = 0, math = 0;
+    for (int i = 0; i < 64; i++) {
+        char a[512], b[512];
+        sp_rng r1 = { 1000 + (uint64_t)i }, r2 = { 1000 + (uint64_t)i };
+        sp_distill_request(a, sizeof a, &r1);
+        sp_distill_request(b, sizeof b, &r2);
+        assert_string_equal(a, b);
+        assert_true(strlen(a) > 10);
+        assert_null(strchr(a, '%'));
+        const char last = a[strlen(a) - 1];
+        assert_true(last == '.' || last == '?');
+        math += strpbrk(a, "0123456789") != NULL;
+        bool dup = false;
+        for (int j = 0; j < distinct; j++) dup |= !strcmp(seen[j], a);
+        if (!dup) snprintf(seen[distinct++], sizeof seen[0], "%s", a);
+    }
+    assert_true(distinct >= 56);
+    assert_true(math >= 10 && math <= 54);   /* about a third are word problems */
+    char tiny[8];
+    sp_rng r = { 7 };
+    sp_distill_request(tiny, sizeof tiny, &r);
+    assert_int_equal(strlen(tiny), 7);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradients),
@@ -224,6 +253,7 @@ int main(void) {
         cmocka_unit_test(test_short_sequences),
         cmocka_unit_test(test_learns),
         cmocka_unit_test(test_foreign_tokens),
+        cmocka_unit_test(test_requests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
