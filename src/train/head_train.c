@@ -540,6 +540,7 @@ int sp_head_train(const sp_model *t, sp_pool *pool, const sp_distill *ds, const 
     const uint32_t *held = order, *train = order + n_held, n_train = N - n_held;
     if (n_train == 0) { free(order); return sp_err_set(err, "train-draft: the data has too few sequences"); }
 
+    sp_tr_fpenv *fpenv = sp_tr_denormals_off(pool);
     trainer tr;
     trainer_init(&tr, t, pool, o, in->top_k);
     int rc = declare(&tr.a, &tr.D, err);
@@ -594,5 +595,6 @@ int sp_head_train(const sp_model *t, sp_pool *pool, const sp_distill *ds, const 
     free(d2t);
     free(order);
     trainer_free(&tr);
+    sp_tr_denormals_restore(pool, fpenv);
     return rc;
 }

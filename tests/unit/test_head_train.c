@@ -246,6 +246,37 @@ static void test_requests(void **state) {
     assert_int_equal(strlen(tiny), 7);
 }
 
+/* Training turns subnormals off on every pool thread and restores the
+ * mode after: a subnormal product is 0 inside, not after. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+typedef struct csr_probe { unsigned csr[4]; } csr_probe;
+static void read_csr(void *ctx, int ith, int nth) {
+    (void)nth;
+    ((csr_probe *)ctx)->csr[ith & 3] = _mm_getcsr();
+}
+static void test_denormals(void **state) {
+    (void)state;
+    sp_pool *pool = sp_pool_create(2);
+    volatile float tiny = 1e-30f, scale = 1e-10f;
+    const float before = tiny * scale;
+    assert_true(before > 0);                     /* IEEE: a subnormal result */
+    sp_tr_fpenv *env = sp_tr_denormals_off(pool);
+    csr_probe in = { { 0 } };
+    sp_pool_run(pool, read_csr, &in);
+    assert_true((in.csr[0] & 0x8040u) == 0x8040u && (in.csr[1] & 0x8040u) == 0x8040u);
+    assert_true(tiny * scale == 0.0f);
+    sp_tr_denormals_restore(pool, env);
+    csr_probe out = { { 0 } };
+    sp_pool_run(pool, read_csr, &out);
+    assert_true((out.csr[0] & 0x8040u) == 0 && (out.csr[1] & 0x8040u) == 0);
+    assert_true(tiny * scale == before);
+    sp_pool_free(pool);
+}
+#else
+static void test_denormals(void **state) { (void)state; skip(); }
+#endif
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradients),
@@ -254,6 +285,7 @@ int main(void) {
         cmocka_unit_test(test_learns),
         cmocka_unit_test(test_foreign_tokens),
         cmocka_unit_test(test_requests),
+        cmocka_unit_test(test_denormals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
