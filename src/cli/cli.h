@@ -103,11 +103,12 @@ int sp_spec_opt(sp_args *a, sp_spec_cli *o);
     "      --suffix-factor F   suffix: draft at most F x match length tokens (default 1)\n" \
     "      --suffix-min-prob P suffix: drop draft tokens below this estimated probability (default 0.1)\n" \
     "      --suffix-max-depth N  suffix: depth of the suffix trie (default 64)\n" \
-    "      --tree-width W      ngram/suffix: propose a token tree of up to W branches (default 1)\n" \
+    "      --tree-width W      ngram/suffix: propose a token tree of up to W branches; eagle: up\n" \
+    "                          to W candidates for the first draft token (default 1)\n" \
     "      --draft-model M     draft: the draft model (name or GGUF path; other vocabularies\n" \
     "                          are bridged through text)\n" \
-    "      --draft-sample      draft/self: sample drafts and verify by speculative sampling\n" \
-    "      --draft-min-prob P  draft/self: stop drafting below this draft probability\n" \
+    "      --draft-sample      draft/self/eagle: sample drafts and verify by speculative sampling\n" \
+    "      --draft-min-prob P  draft/self/eagle: stop drafting below this draft probability\n" \
     "      --self-layers LIST  self: target layers the draft keeps, e.g. 0-14,29\n" \
     "      --draft-head PATH   eagle: the EAGLE-3 draft head (GGUF, trained for this model)\n"
 

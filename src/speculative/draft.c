@@ -166,7 +166,7 @@ static sp_drafter *create_eagle(const sp_drafter_opts *o, sp_err *err) {
         return NULL;
     }
     const sp_eagle_opts eo = { .n_ctx = o->dm.n_ctx, .min_prob = o->dm.min_prob > 0 ? o->dm.min_prob : -1,
-                               .tree_width = o->tree_width };
+                               .tree_width = o->tree_width, .sample = o->dm.sample };
     return sp_eagle_create(o->draft_head, o->target, &eo, o->pool, err);
 }
 

@@ -34,6 +34,7 @@ typedef struct eagle_drafter {
     int n_ctx;
     float min_prob;
     int tree_width;              /* first-draft candidates: 1 = chains */
+    bool sample;                 /* --draft-sample: drafts sampled from the head's q */
 } eagle_drafter;
 
 typedef struct eagle_draft {
@@ -57,6 +58,9 @@ typedef struct eagle_draft {
     int32_t parent[SP_MAX_DRAFT]; /* a tree proposal's parents */
     int n_prop;
     bool tree;                   /* the last proposal is a tree */
+    sp_sampler *smp;             /* drafts sampled (T > 0 with --draft-sample), else NULL */
+    float *q;                    /* (SP_MAX_DRAFT, target n_vocab) the proposal's q, with smp */
+    uint64_t pos_key;            /* the draws' counter, apart from the target's */
 } eagle_draft;
 
 /* ----------------------------------------------------------------------------
@@ -131,6 +135,26 @@ static void top_tokens(const eagle_draft *g, int w, int32_t *ids, float *probs) 
     }
 }
 
+/* Draft i sampled from the head: the request's temperature, top-k, top-p
+ * and min-p on the draft vocabulary give q, written densely over the
+ * target's ids (q = 0 outside the draft vocabulary: verification then
+ * leaves those tokens p's whole mass, which speculative sampling needs to
+ * stay exact).  Returns the target id drawn; *top = q's largest entry. */
+static int32_t sample_draft(eagle_draft *g, int i, float *top) {
+    const int V = g->e->target->hp.n_vocab;
+    int nc;
+    const sp_cand *c = sp_sampler_dist(g->smp, g->logits, &nc);
+    float *q = g->q + (size_t)i * V;
+    memset(q, 0, (size_t)V * sizeof(float));
+    *top = 0;
+    for (int j = 0; j < nc; j++) {
+        q[g->h->d2t[c[j].id]] = c[j].p;
+        if (c[j].p > *top) *top = c[j].p;
+    }
+    const uint64_t seed = sp_sampler_params_of(g->smp)->seed;
+    return g->h->d2t[sp_cand_pick(c, nc, sp_rng_uniform(seed ^ 0xEA61Eull, g->pos_key++, 3))];
+}
+
 /* A chain of greedy drafts, each row feeding the head's own output
  * forward, while the head's top probability stays at min_prob or above.
  * With tree_width > 1 the first draft's runners-up join as siblings after
@@ -149,10 +173,12 @@ static int draft(eagle_draft *g, int max_n, sp_err *err) {
     g->n_prop = 0;
     g->tree = false;
     double chain_p = 1;
+    if (g->smp) n_sib = 0;           /* sampled drafts come as a chain with q */
     while (g->n_prop < max_n) {
         int32_t t;
         float p;
-        if (g->n_prop == 0) { t = first[0]; p = pfirst[0]; }
+        if (g->smp) t = sample_draft(g, g->n_prop, &p);
+        else if (g->n_prop == 0) { t = first[0]; p = pfirst[0]; }
         else top_tokens(g, 1, &t, &p);
         const int left = max_n - g->n_prop;  /* slots left, this one included */
         const float displaced = g->n_prop > 0 && left <= n_sib ? pfirst[left] : 0;
@@ -196,6 +222,18 @@ static sp_draft *eg_open(sp_drafter *d, const sp_target *t, sp_err *err) {
     g->g = sp_xmalloc((size_t)EAGLE_ROWS * dd * sizeof(float));
     g->h_last = sp_xmalloc(dd * sizeof(float));
     g->logits = sp_xmalloc((size_t)e->head->hp.n_vocab_draft * sizeof(float));
+    if (e->sample && t->sampling && t->sampling->temperature > 0) {
+        /* q need not follow p's whole pipeline to be exact, only be the
+         * distribution drafts are drawn from: logit biases and penalties,
+         * keyed by target ids and history, stay with the target */
+        sp_sampler_params sp = *t->sampling;
+        sp.bias = NULL;
+        sp.n_bias = 0;
+        sp.repeat_penalty = 1;
+        sp.presence_penalty = sp.frequency_penalty = 0;
+        g->smp = sp_sampler_create(&sp, e->head->hp.n_vocab_draft);
+        g->q = sp_alloc_aligned((size_t)SP_MAX_DRAFT * e->target->hp.n_vocab * sizeof(float));
+    }
     sp_draft *s = sp_xcalloc(1, sizeof *s);
     s->drafter = d;
     s->impl = g;
@@ -224,7 +262,8 @@ static int eg_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
     if (run_ready(g, err)) return -1;
     if (max_n <= 0 || !g->have_logits || g->n_feat != 0) return 0;
     if (draft(g, max_n > SP_MAX_DRAFT ? SP_MAX_DRAFT : max_n, err)) return -1;
-    *out = (sp_proposal){ .n = g->n_prop, .tokens = g->prop, .parent = g->tree ? g->parent : NULL };
+    *out = (sp_proposal){ .n = g->n_prop, .tokens = g->prop, .parent = g->tree ? g->parent : NULL,
+                          .q = g->smp && g->n_prop ? g->q : NULL };
     return 0;
 }
 
@@ -300,6 +339,8 @@ static void eg_close(sp_draft *s) {
     free(g->g);
     free(g->h_last);
     free(g->logits);
+    sp_sampler_free(g->smp);
+    sp_free_aligned(g->q);
     free(g);
     free(s);
 }
@@ -327,6 +368,7 @@ sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_e
     e->n_ctx = o && o->n_ctx > 0 ? o->n_ctx : 4096;
     e->min_prob = o && o->min_prob >= 0 ? o->min_prob : h->min_prob;
     e->tree_width = o && o->tree_width > 0 ? o->tree_width : 1;
+    e->sample = o && o->sample;
     if (e->tree_width > SP_EAGLE_MAX_WIDTH) {
         sp_head_free(h);
         free(e);
@@ -339,9 +381,9 @@ sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_e
     snprintf(d->name, sizeof d->name, "eagle");
     char fp[17];
     sp_model_fingerprint_gguf(h->gguf, fp);
-    snprintf(d->ns, sizeof d->ns, "eagle-v1:%s:%s:%.3f:%d", fp, target->fingerprint, (double)e->min_prob,
-             e->tree_width);
-    d->needs = SP_CAP_HIDDEN_TAPS;
+    snprintf(d->ns, sizeof d->ns, "eagle-v1:%s:%s:%.3f:%d%s", fp, target->fingerprint, (double)e->min_prob,
+             e->tree_width, e->sample ? ":sample" : "");
+    d->needs = SP_CAP_HIDDEN_TAPS | (e->sample ? SP_CAP_SAMPLING : 0);
     d->n_taps = SP_HEAD_TAPS;
     memcpy(d->tap_layers, h->hp.target_layers, sizeof h->hp.target_layers);
     d->cheap = false;

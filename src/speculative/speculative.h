@@ -240,6 +240,8 @@ typedef struct sp_eagle_opts {
     int n_ctx;                       /* the head's cache (0 = 4096; the target's context) */
     float min_prob;                  /* < 0: the head file's specula.draft_min_prob */
     int tree_width;                  /* 0/1: chains; 2..8: the first draft's likely runners-up join as siblings */
+    bool sample;                     /* at T > 0, sample drafts from the head and return q (exact by
+                                        speculative sampling); chains only */
 } sp_eagle_opts;
 sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_eagle_opts *o, sp_pool *pool,
                             sp_err *err);

@@ -71,6 +71,10 @@ check "--head-type q8_0 rewrites a finished checkpoint's head as Q8_0" \
     bash -c "[ $rc -eq 0 ] && [ '$types' = 'blk.0.attn_q.weight=Q8_0 fc.weight=F32' ]"
 "$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0 --spec eagle --draft-head "$tmp/h8.gguf" --tree-width 3 > "$tmp/spec" 2> /dev/null
 check "run --spec eagle --tree-width 3 gives plain decoding's text" cmp -s "$tmp/plain" "$tmp/spec"
+"$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0.8 --seed 2 --spec eagle --draft-sample --draft-head "$tmp/h8.gguf" \
+    > "$tmp/spec" 2> "$tmp/spec.err"; rc=$?
+check "run --spec eagle --draft-sample at T=0.8 generates (speculative sampling)" \
+    bash -c "[ $rc -eq 0 ] && [ -s '$tmp/spec' ] && grep -q 'spec eagle:' '$tmp/spec.err'"
 printf 'SPDSTL01garbage' > "$tmp/bad.distill"
 "$BIN" train-draft -m smollm2-135m -o "$tmp/y.gguf" --data-file "$tmp/bad.distill" --data "$tmp/text" --tokens 1000 \
     --seq-len 48 --draft-vocab 512 --eval-every 0 > /dev/null 2> "$tmp/e"; rc=$?

@@ -11,6 +11,7 @@
  * restore exactly; bad head files are refused with a clear message. */
 #include "spec_fixture.h"
 
+#include <math.h>
 #include <unistd.h>
 
 #define NDRAFT 8192                  /* draft vocabulary: the first NDRAFT target ids */
@@ -85,7 +86,7 @@ static void tmp_path(char *buf, size_t cap, const char *tag) {
     snprintf(buf, cap, "/tmp/specula-test-head-%d-%s.gguf", (int)getpid(), tag);
 }
 
-static sp_drafter *eagle_tree(fixture *f, bool identity, uint32_t type, int tree_width) {
+static sp_drafter *eagle_with(fixture *f, bool identity, uint32_t type, int tree_width, bool sample) {
     char path[256];
     tmp_path(path, sizeof path, identity ? "id" : "rand");
     head_buf b;
@@ -93,14 +94,14 @@ static sp_drafter *eagle_tree(fixture *f, bool identity, uint32_t type, int tree
     sp_err err;
     if (write_head(f->m, &b, path, type, &err)) fail_msg("write: %s", err.msg);
     free_head(&b);
-    const sp_eagle_opts o = { .n_ctx = 1024, .min_prob = -1, .tree_width = tree_width };
+    const sp_eagle_opts o = { .n_ctx = 1024, .min_prob = -1, .tree_width = tree_width, .sample = sample };
     sp_drafter *d = sp_eagle_create(path, f->m, &o, f->pool, &err);
     if (!d) fail_msg("load: %s", err.msg);
     unlink(path);
     return d;
 }
 
-static sp_drafter *eagle_for(fixture *f, bool identity, uint32_t type) { return eagle_tree(f, identity, type, 1); }
+static sp_drafter *eagle_for(fixture *f, bool identity, uint32_t type) { return eagle_with(f, identity, type, 1, false); }
 
 /* Raw text (no chat template) the models continue by repeating its
  * token, which the identity head drafts. */
@@ -217,7 +218,7 @@ static void test_checkpoint(void **state) {
  * goes on from. */
 static void test_tree(void **state) {
     fixture *f = *state;
-    sp_drafter *d = eagle_tree(f, true, SP_Q4_1, 4);
+    sp_drafter *d = eagle_with(f, true, SP_Q4_1, 4, false);
     same_as_plain(f, d, fx_prompts[0], 0.0f, 6);
     same_as_plain(f, d, fx_prompts[1], 0.8f, SP_DRAFT_ADAPTIVE);
     same_as_plain(f, d, REPEAT, 0.0f, 4);
@@ -251,6 +252,49 @@ static void test_tree(void **state) {
     assert_int_equal(last, pr.tokens[sib]);
     free(buf);
     free(vt);
+    sp_draft_close(a);
+    free(taps);
+    sp_tokens_free(&p);
+    sp_drafter_free(d);
+}
+
+/* --draft-sample: at T > 0 drafts come with q, a distribution over the
+ * target's ids that is 0 outside the draft vocabulary and gives the drawn
+ * token mass; at T = 0 the drafts stay greedy and the output plain's. */
+static void test_draft_sample(void **state) {
+    fixture *f = *state;
+    sp_drafter *d = eagle_with(f, true, SP_Q8_0, 1, true);
+    assert_true(d->needs & SP_CAP_SAMPLING);
+    same_as_plain(f, d, REPEAT, 0.0f, 4);
+    sp_err err;
+    sp_tokens p = { 0 };
+    prompt_of(f, fx_prompts[0], &p);
+    float *taps = prompt_taps(f, d, &p);
+    sp_sampler_params sp = sp_sampler_defaults();
+    sp.temperature = 0.8f;
+    sp.top_k = 40;
+    sp.seed = 3;
+    sp_target t = sp_target_full(f->m, f->tok, &sp);
+    sp_draft *a = sp_draft_open(d, &t, &err);
+    const sp_taps pt = { .n_rows = p.n, .n_layers = 3, .dim = f->m->hp.n_embd, .pos = 0, .data = taps };
+    assert_int_equal(d->ops->prefill(a, p.ids, p.n, &pt, &err), 0);
+    const int32_t feed = p.ids[p.n - 1];
+    sp_proposal pr;
+    assert_int_equal(sp_draft_propose(a, &feed, 1, 4, &pr, &err), 0);
+    assert_true(pr.n > 0 && pr.q && !pr.parent);
+    const int V = f->m->hp.n_vocab;
+    for (int i = 0; i < pr.n; i++) {
+        const float *q = pr.q + (size_t)i * V;
+        double sum = 0, outside = 0;
+        int nz = 0;
+        for (int v = 0; v < V; v++) {
+            sum += q[v];
+            nz += q[v] > 0;
+            if (v >= NDRAFT) outside += q[v];  /* the test head's draft vocabulary: ids < NDRAFT */
+        }
+        assert_true(fabs(sum - 1) < 1e-4 && outside == 0 && nz >= 1 && nz <= 40);
+        assert_true(q[pr.tokens[i]] > 0);
+    }
     sp_draft_close(a);
     free(taps);
     sp_tokens_free(&p);
@@ -302,6 +346,7 @@ int main(void) {
         cmocka_unit_test(test_identity_head), cmocka_unit_test(test_random_head),
         cmocka_unit_test(test_with_suffix),   cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_bad_heads),     cmocka_unit_test(test_tree),
+        cmocka_unit_test(test_draft_sample),
     };
     int rc = cmocka_run_group_tests_name("smollm2", tests, fx_setup_smol, fx_teardown);
     rc |= cmocka_run_group_tests_name("gemma3", tests, fx_setup_gemma, fx_teardown);
