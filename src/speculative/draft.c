@@ -109,6 +109,22 @@ long sp_ckpt_check(const sp_drafter *d, const uint8_t *buf, size_t len, sp_err *
     return (long)n + 1;
 }
 
+int32_t sp_draft_sample(sp_sampler *smp, const float *logits, const int32_t *map, float *q, int n_vocab,
+                        uint64_t key, uint64_t pos, float *top) {
+    int nc;
+    const sp_cand *c = sp_sampler_dist(smp, logits, &nc);
+    memset(q, 0, (size_t)n_vocab * sizeof(float));
+    float best = 0;
+    for (int j = 0; j < nc; j++) {
+        q[map ? map[c[j].id] : c[j].id] = c[j].p;
+        if (c[j].p > best) best = c[j].p;
+    }
+    if (top) *top = best;
+    const uint64_t seed = sp_sampler_params_of(smp)->seed;
+    const int32_t id = sp_cand_pick(c, nc, sp_rng_uniform(seed ^ key, pos, 3));
+    return map ? map[id] : id;
+}
+
 /* ----------------------------------------------------------------------------
  * Creation by name: one table of the drafters this build has
  * ------------------------------------------------------------------------- */

@@ -92,19 +92,10 @@ static int32_t pick_greedy(dm_draft *g, float *top_p) {
 }
 
 /* The sampled pick of draft i: the request's sampler on g->logits gives
- * the distribution, stored densely as q[i] (V) for speculative sampling;
- * the draw is keyed by the draft's own counter, apart from the target's
- * draws. */
+ * the distribution, stored densely as q[i] (V) for speculative sampling. */
 static int32_t pick_sampled(dm_draft *g, int i, float *top_p) {
     const int V = g->dm->model->hp.n_vocab;
-    int nc;
-    const sp_cand *c = sp_sampler_dist(g->smp, g->logits, &nc);
-    float *q = g->q + (size_t)i * V;
-    memset(q, 0, (size_t)V * sizeof(float));
-    for (int j = 0; j < nc; j++) q[c[j].id] = c[j].p;
-    if (top_p) *top_p = c[0].p;
-    const uint64_t seed = sp_sampler_params_of(g->smp)->seed;
-    return sp_cand_pick(c, nc, sp_rng_uniform(seed ^ 0xD1CEull, g->pos_key++, 3));
+    return sp_draft_sample(g->smp, g->logits, NULL, g->q + (size_t)i * V, V, 0xD1CEull, g->pos_key++, top_p);
 }
 
 int sp_dm_draft_tokens(dm_draft *g, int max_n, sp_err *err) {

@@ -142,17 +142,7 @@ static void top_tokens(const eagle_draft *g, int w, int32_t *ids, float *probs) 
  * stay exact).  Returns the target id drawn; *top = q's largest entry. */
 static int32_t sample_draft(eagle_draft *g, int i, float *top) {
     const int V = g->e->target->hp.n_vocab;
-    int nc;
-    const sp_cand *c = sp_sampler_dist(g->smp, g->logits, &nc);
-    float *q = g->q + (size_t)i * V;
-    memset(q, 0, (size_t)V * sizeof(float));
-    *top = 0;
-    for (int j = 0; j < nc; j++) {
-        q[g->h->d2t[c[j].id]] = c[j].p;
-        if (c[j].p > *top) *top = c[j].p;
-    }
-    const uint64_t seed = sp_sampler_params_of(g->smp)->seed;
-    return g->h->d2t[sp_cand_pick(c, nc, sp_rng_uniform(seed ^ 0xEA61Eull, g->pos_key++, 3))];
+    return sp_draft_sample(g->smp, g->logits, g->h->d2t, g->q + (size_t)i * V, V, 0xEA61Eull, g->pos_key++, top);
 }
 
 /* A chain of greedy drafts, each row feeding the head's own output

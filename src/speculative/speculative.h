@@ -152,6 +152,13 @@ int sp_draft_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *err);
 size_t sp_ckpt_header(const sp_drafter *d, uint8_t *buf, size_t cap);
 /* Checks the header; returns the payload offset or -1 + err. */
 long sp_ckpt_check(const sp_drafter *d, const uint8_t *buf, size_t len, sp_err *err);
+/* A sampled draft token (drafters returning q): the sampler's final
+ * distribution over `logits`, written densely to q (n_vocab entries, 0
+ * off its candidates; map: candidate id -> target id, NULL = the same),
+ * and one draw from it keyed by (seed ^ key, pos), apart from the
+ * target's draws.  *top (may be NULL) = q's largest entry. */
+int32_t sp_draft_sample(sp_sampler *smp, const float *logits, const int32_t *map, float *q, int n_vocab,
+                        uint64_t key, uint64_t pos, float *top);
 
 /* ==========================================================================
  * Drafters

@@ -212,6 +212,34 @@ static void test_checkpoint(void **state) {
     sp_drafter_free(d);
 }
 
+/* A draft of d primed with a chat prompt's real taps, asked for a
+ * proposal of up to max_n after the prompt's last token. */
+typedef struct primed {
+    sp_tokens p;
+    float *taps;
+    sp_draft *a;
+    sp_proposal pr;
+} primed;
+
+static void prime(fixture *f, sp_drafter *d, const sp_target *t, const char *prompt, int max_n, primed *x) {
+    sp_err err;
+    memset(x, 0, sizeof *x);
+    prompt_of(f, prompt, &x->p);
+    x->taps = prompt_taps(f, d, &x->p);
+    x->a = sp_draft_open(d, t, &err);
+    assert_non_null(x->a);
+    const sp_taps pt = { .n_rows = x->p.n, .n_layers = 3, .dim = f->m->hp.n_embd, .pos = 0, .data = x->taps };
+    assert_int_equal(d->ops->prefill(x->a, x->p.ids, x->p.n, &pt, &err), 0);
+    const int32_t feed = x->p.ids[x->p.n - 1];
+    assert_int_equal(sp_draft_propose(x->a, &feed, 1, max_n, &x->pr, &err), 0);
+}
+
+static void unprime(primed *x) {
+    sp_draft_close(x->a);
+    free(x->taps);
+    sp_tokens_free(&x->p);
+}
+
 /* Trees: the first draft's likely runners-up join as siblings; output
  * stays plain decoding's (Q4_1 head, packed), and when the target accepts a
  * sibling, that token -- not the chain's first -- is what the head's state
@@ -224,37 +252,29 @@ static void test_tree(void **state) {
     same_as_plain(f, d, REPEAT, 0.0f, 4);
     /* drive the seam: a proposal with a sibling, the sibling accepted */
     sp_err err;
-    sp_tokens p = { 0 };
-    prompt_of(f, fx_prompts[2], &p);
-    const int dim = f->m->hp.n_embd;
-    float *taps = prompt_taps(f, d, &p);
-    sp_target t = sp_target_of(f->m);
-    sp_draft *a = sp_draft_open(d, &t, &err);
-    const sp_taps pt = { .n_rows = p.n, .n_layers = 3, .dim = dim, .pos = 0, .data = taps };
-    assert_int_equal(d->ops->prefill(a, p.ids, p.n, &pt, &err), 0);
-    const int32_t feed = p.ids[p.n - 1];
-    sp_proposal pr;
-    assert_int_equal(sp_draft_propose(a, &feed, 1, 6, &pr, &err), 0);
+    const sp_target t = sp_target_of(f->m);
+    primed x;
+    prime(f, d, &t, fx_prompts[2], 6, &x);
+    const sp_proposal pr = x.pr;
     if (!pr.parent) fail_msg("a width-4 head proposed a chain of %d on a chat prompt", pr.n);
     int sib = -1;
     for (int i = 1; i < pr.n; i++)
         if (pr.parent[i] == -1) { sib = i; break; }
     assert_true(sib > 0 && pr.tokens[sib] != pr.tokens[0]);
     const int32_t path[1] = { sib };
+    const int dim = f->m->hp.n_embd;
     float *vt = calloc((size_t)2 * 3 * dim, sizeof(float));
-    const sp_taps verified = { .n_rows = 2, .n_layers = 3, .dim = dim, .pos = p.n, .data = vt };
-    d->ops->commit(a, pr.n, 1, path, &verified);
+    const sp_taps verified = { .n_rows = 2, .n_layers = 3, .dim = dim, .pos = x.p.n, .data = vt };
+    d->ops->commit(x.a, pr.n, 1, path, &verified);
     uint8_t *buf;
     size_t len;
-    assert_int_equal(sp_draft_checkpoint(a, &buf, &len, &err), 0);
+    assert_int_equal(sp_draft_checkpoint(x.a, &buf, &len, &err), 0);
     int32_t last;                    /* the checkpoint ends with the queued tokens */
     memcpy(&last, buf + len - sizeof last, sizeof last);
     assert_int_equal(last, pr.tokens[sib]);
     free(buf);
     free(vt);
-    sp_draft_close(a);
-    free(taps);
-    sp_tokens_free(&p);
+    unprime(&x);
     sp_drafter_free(d);
 }
 
@@ -266,21 +286,14 @@ static void test_draft_sample(void **state) {
     sp_drafter *d = eagle_with(f, true, SP_Q8_0, 1, true);
     assert_true(d->needs & SP_CAP_SAMPLING);
     same_as_plain(f, d, REPEAT, 0.0f, 4);
-    sp_err err;
-    sp_tokens p = { 0 };
-    prompt_of(f, fx_prompts[0], &p);
-    float *taps = prompt_taps(f, d, &p);
     sp_sampler_params sp = sp_sampler_defaults();
     sp.temperature = 0.8f;
     sp.top_k = 40;
     sp.seed = 3;
-    sp_target t = sp_target_full(f->m, f->tok, &sp);
-    sp_draft *a = sp_draft_open(d, &t, &err);
-    const sp_taps pt = { .n_rows = p.n, .n_layers = 3, .dim = f->m->hp.n_embd, .pos = 0, .data = taps };
-    assert_int_equal(d->ops->prefill(a, p.ids, p.n, &pt, &err), 0);
-    const int32_t feed = p.ids[p.n - 1];
-    sp_proposal pr;
-    assert_int_equal(sp_draft_propose(a, &feed, 1, 4, &pr, &err), 0);
+    const sp_target t = sp_target_full(f->m, f->tok, &sp);
+    primed x;
+    prime(f, d, &t, fx_prompts[0], 4, &x);
+    const sp_proposal pr = x.pr;
     assert_true(pr.n > 0 && pr.q && !pr.parent);
     const int V = f->m->hp.n_vocab;
     for (int i = 0; i < pr.n; i++) {
@@ -295,9 +308,7 @@ static void test_draft_sample(void **state) {
         assert_true(fabs(sum - 1) < 1e-4 && outside == 0 && nz >= 1 && nz <= 40);
         assert_true(q[pr.tokens[i]] > 0);
     }
-    sp_draft_close(a);
-    free(taps);
-    sp_tokens_free(&p);
+    unprime(&x);
     sp_drafter_free(d);
 }
 
