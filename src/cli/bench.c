@@ -524,6 +524,16 @@ int sp_cmd_bench(int argc, char **argv) {
     }
     aggregate(ps, np, res, nm, NULL, ag);
     print_rows("overall", ag, &o, cost);
+    /* the chance that a draft at position i of a proposal is accepted
+     * (all earlier ones were): what the adaptive length trades against */
+    for (int m = 1; m < nm; m++) {
+        printf("# %s acceptance by draft position (overall):", o.methods[m]);
+        for (int i = 0; i < 8 && i < SP_STAT_POSITIONS && ag[m].stats.pos_drafted[i]; i++)
+            printf(" %d: %.0f%% of %lld", i + 1,
+                   100.0 * (double)ag[m].stats.pos_accepted[i] / (double)ag[m].stats.pos_drafted[i],
+                   (long long)ag[m].stats.pos_drafted[i]);
+        printf("\n");
+    }
     if (o.repeats > 1 && nm > 1) {
         /* later repeats of a prompt meet drafters that remember earlier
          * outputs (suffix's engine-wide trie): say what the first saw */

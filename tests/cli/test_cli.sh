@@ -132,6 +132,7 @@ JSONL
 "$BIN" bench -m smollm2-135m --prompts "$tmp/prompts.jsonl" --methods plain,ngram --repeats 1 --warmup 0 --draft-max 4 --json "$tmp/b.json" > "$tmp/b.txt" 2>"$tmp/b.err"; rc=$?
 check "bench exits 0" test $rc -eq 0
 check "bench prints per-category and overall rows" bash -c "grep -q '^transform *ngram' $tmp/b.txt && grep -q '^chat *plain' $tmp/b.txt && grep -qE '^overall *ngram .* yes +[0-9.]+%$' $tmp/b.txt"
+check "bench prints acceptance by draft position" grep -qE '^# ngram acceptance by draft position \(overall\): 1: [0-9]+% of [0-9]+' $tmp/b.txt
 check "bench JSON has overall speedup and acceptance" python3 -c "import json; d=json.load(open('$tmp/b.json')); o=d['overall']['ngram']; assert o['lossless'] and o['speedup']>0 and 'acceptance_rate' in o and len(d['prompts'])==2"
 check "bench shows progress on stderr" grep -q "\[  2/2\]" "$tmp/b.err"
 printf '{"id": "x", "category": "c", "messages": "nope", "max_tokens": 4}\n' > "$tmp/bad.jsonl"
