@@ -70,19 +70,23 @@ static int cb_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
     g->winner = -1;
     *out = (sp_proposal){ 0 };
     if (max_n <= 0) return 0;    /* nobody is asked: everyone keeps the backlog */
+    uint64_t absorb = 0;
     for (int i = 0; i < g->n; i++) {
         sp_draft *sub = g->sub[i];
         sp_proposal p;
         if (sp_draft_propose(sub, g->backlog[i], g->n_back[i], max_n, &p, err)) return -1;
         g->n_back[i] = 0;
+        absorb += p.absorb_ns;
         if (p.n > 0) {
             g->winner = i;
             g->prop = p;
             *out = p;
+            out->absorb_ns = absorb;
             return 0;
         }
         sub->drafter->ops->commit(sub, 0, 0, NULL, NULL);
     }
+    out->absorb_ns = absorb;
     return 0;
 }
 

@@ -249,11 +249,22 @@ static int eg_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
     /* pairs wait (one batched pass later is cheaper) unless a proposal is
      * asked for or the queue grows long */
     if (max_n <= 0 && g->n_toks < EAGLE_ROWS) return 0;
+    /* catching up is owed whether or not this round drafts: all but the
+     * last row's share of the pass (whose logits start the proposal) is
+     * reported as absorbing, not as the cost of the drafts */
+    const int ready = g->n_feat < g->n_toks ? g->n_feat : g->n_toks;
+    const uint64_t t0 = sp_now_ns();
     if (run_ready(g, err)) return -1;
+    if (ready > 0) {
+        const uint64_t dt = sp_now_ns() - t0;
+        out->absorb_ns = max_n > 0 ? dt * (uint64_t)(ready - 1) / (uint64_t)ready : dt;
+    }
     if (max_n <= 0 || !g->have_logits || g->n_feat != 0) return 0;
     if (draft(g, max_n > SP_MAX_DRAFT ? SP_MAX_DRAFT : max_n, err)) return -1;
-    *out = (sp_proposal){ .n = g->n_prop, .tokens = g->prop, .parent = g->tree ? g->parent : NULL,
-                          .q = g->smp && g->n_prop ? g->q : NULL };
+    out->n = g->n_prop;
+    out->tokens = g->prop;
+    out->parent = g->tree ? g->parent : NULL;
+    out->q = g->smp && g->n_prop ? g->q : NULL;
     return 0;
 }
 

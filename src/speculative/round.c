@@ -212,7 +212,8 @@ static int propose(sp_seq *q, int budget, sp_proposal *prop, sp_err *err) {
     }
     const uint64_t dt = sp_now_ns() - t0;
     q->st.draft_ns += dt;
-    if (!shadow && ask > 0) sp_adapt_draft_cost(&q->adapt, ask, sp_ns_to_s(dt));
+    const uint64_t drafting = dt > prop->absorb_ns ? dt - prop->absorb_ns : 0;
+    if (!shadow && ask > 0) sp_adapt_draft_cost(&q->adapt, ask, sp_ns_to_s(drafting));
     return prop->n;
 }
 

@@ -80,6 +80,10 @@ typedef struct sp_proposal {
     const float *q;                  /* (n, n_vocab) draft distributions, NULL = deterministic */
     const char *by;                  /* the drafter that proposed (static or drafter-lifetime
                                         name; set by sp_draft_propose when a drafter leaves it NULL) */
+    uint64_t absorb_ns;              /* of this call's time, what went to taking in the feed and
+                                        verified rows, which the drafter does whether it drafts or
+                                        not (a head catching its cache up): the adaptive length
+                                        charges drafting only the rest */
 } sp_proposal;
 
 typedef struct sp_drafter sp_drafter;
