@@ -101,7 +101,8 @@ done:
  * fit in cap (then there is no cache).  The running binary's stamp (size
  * and modification time of /proc/self/exe) is part of the name: it
  * invalidates curves measured with other kernels, and any rebuild changes
- * it, not only one that recompiles this file. */
+ * it, not only one that recompiles this file; the SIMD level in use is
+ * part of it as well. */
 static bool cost_cache_path(const sp_model *m, int threads, const char *dir, char *buf, size_t cap) {
     const char *base = strrchr(m->path, '/');
     base = base ? base + 1 : m->path;
@@ -112,8 +113,10 @@ static bool cost_cache_path(const sp_model *m, int threads, const char *dir, cha
                  (unsigned long long)st.st_mtime);
     else
         snprintf(stamp, sizeof stamp, "%s-%s", __DATE__, __TIME__);
-    const int n = snprintf(buf, cap, "%s/%s-%llu-t%d-%s.txt", dir, base,
-                           (unsigned long long)sp_gguf_file_size(m->gguf), threads, stamp);
+    /* the kernel level too: SPECULA_SIMD=avx2 on an AVX-512 machine must not
+     * reuse the AVX-512 curve (its t(1) is half the AVX2 one) */
+    const int n = snprintf(buf, cap, "%s/%s-%llu-t%d-k%d-%s.txt", dir, base,
+                           (unsigned long long)sp_gguf_file_size(m->gguf), threads, (int)sp_kernels_simd(), stamp);
     if (n < 0 || (size_t)n >= cap) return false;
     for (char *p = buf + strlen(dir) + 1; *p; p++)   /* the file name only: dir is the caller's */
         if (*p == ' ' || *p == ':') *p = '_';
