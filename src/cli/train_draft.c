@@ -34,6 +34,9 @@ static const char train_help[] =
     "      --answer-share F    share of the data from the model's answers (default 0.5)\n"
     "      --draft-vocab N     tokens the head can draft (default 8192)\n"
     "      --head-type T       the head's matrices: q4_1 (default), q5_0, q8_0, f16 or f32\n"
+    "      --norm-residual     the head's residual starts from the normed fused state\n"
+    "                          (eagle3.norm_before_residual; for models whose hidden states\n"
+    "                          are huge, such as Gemma 3)\n"
     "      --ttt N             training-time test steps (default 3)\n"
     "      --seq-len N         tokens per training sequence (default 256)\n"
     "      --batch N           sequences per optimizer step (default 4)\n"
@@ -80,6 +83,7 @@ static int parse(int argc, char **argv, train_args *t) {
         { "--checkpoint", SP_FLAG_STR, &t->ckpt, 0, 0 },
         { "--answers", SP_FLAG_STR, &t->answers, 0, 0 },
         { "--head-type", SP_FLAG_STR, &t->head_type, 0, 0 },
+        { "--norm-residual", SP_FLAG_SET, &t->ho.norm_residual, 0, 0 },
         { "--tokens", SP_FLAG_INT, &tokens, 1000, 100000000 },
         { "--answer-share", SP_FLAG_FLOAT, &t->answer_share, 0, 1 },
         { "--draft-vocab", SP_FLAG_INT, &t->ho.draft_vocab, 16, 1 << 20 },

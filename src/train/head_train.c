@@ -99,6 +99,7 @@ typedef struct trainer {
     sp_pool *pool;
     dims D;
     int J, R_max, k;
+    bool norm_residual;              /* EAGLE-3's norm_before_residual: h1 = rmsnorm(g) an2 + Wo ao */
     sp_tr_arena a;
     step_act s[MAX_STEPS];
     float *K, *Vv, *dK, *dV;         /* (J * R, kv) keys and values of all steps, post-RoPE */
@@ -201,7 +202,7 @@ static void forward_step(trainer *tr, int R, int j) {
                                   .koff = s->koff, .kidx = s->kidx };
     sp_tr_attn_fwd(tr->pool, s->ao, s->att, s->q, tr->K, tr->Vv, &sh);
     sp_tr_linear_fwd(tr->pool, s->h1, s->ao, P(tr, P_WO), NULL, R, D->q, d);
-    sp_tr_acc(s->h1, s->g, (size_t)R * d);                  /* h1 = g + Wo ao */
+    sp_tr_acc(s->h1, tr->norm_residual ? s->gn : s->g, (size_t)R * d);   /* h1 = g (or its norm) + Wo ao */
     /* feed-forward */
     sp_tr_rmsnorm_fwd(s->n1, s->rstd1, s->h1, P(tr, P_FN), R, d, D->eps);
     sp_tr_linear_fwd(tr->pool, s->gate, s->n1, P(tr, P_WG), NULL, R, d, D->ff);
@@ -246,9 +247,9 @@ static void backward_step(trainer *tr, int R, int j, float denom, float *loss, f
     sp_tr_linear_bwd(tr->pool, tr->dn1, G(tr, P_WU), NULL, tr->dup, s->n1, P(tr, P_WU), R, d, D->ff);
     memcpy(tr->dh1, tr->dh2, Rd * sizeof(float));          /* the residual */
     sp_tr_rmsnorm_bwd(tr->dh1, G(tr, P_FN), tr->dn1, s->h1, P(tr, P_FN), s->rstd1, R, d);
-    /* attention: h1 = g + Wo attn(q, K, V) */
+    /* attention: h1 = g (or rmsnorm(g) an2) + Wo attn(q, K, V) */
     zero(tr->dg, Rd);
-    sp_tr_acc(tr->dg, tr->dh1, Rd);                        /* the residual */
+    if (!tr->norm_residual) sp_tr_acc(tr->dg, tr->dh1, Rd);   /* the residual */
     zero(tr->dao, (size_t)R * D->q);
     sp_tr_linear_bwd(tr->pool, tr->dao, G(tr, P_WO), NULL, tr->dh1, s->ao, P(tr, P_WO), R, D->q, d);
     zero(tr->dq, (size_t)R * D->q);
@@ -271,6 +272,7 @@ static void backward_step(trainer *tr, int R, int j, float denom, float *loss, f
         memcpy(den + (size_t)p * d, tr->dx + (size_t)p * 2 * d, (size_t)d * sizeof(float));
         memcpy(dgn + (size_t)p * d, tr->dx + (size_t)p * 2 * d + d, (size_t)d * sizeof(float));
     }
+    if (tr->norm_residual) sp_tr_acc(dgn, tr->dh1, Rd);     /* the residual was the normed g */
     sp_tr_rmsnorm_bwd(NULL, G(tr, P_AN), den, s->e, P(tr, P_AN), s->rstd_e, R, d);
     sp_tr_rmsnorm_bwd(tr->dg, G(tr, P_AN2), dgn, s->g, P(tr, P_AN2), s->rstd_g, R, d);
     /* g: the previous step's output, or fc of the taps */
@@ -365,6 +367,7 @@ static void trainer_init(trainer *tr, const sp_model *t, sp_pool *pool, const sp
     tr->t = t;
     tr->pool = pool;
     tr->J = o->ttt_steps;
+    tr->norm_residual = o->norm_residual;
     tr->R_max = o->seq_len - 1;
     tr->k = k;
     const sp_hparams *hp = &t->hp;
@@ -491,6 +494,7 @@ static void write_head(const trainer *tr, const sp_head_train_opts *o, const int
         .n_ff = tr->D.ff, .n_vocab_draft = tr->D.V, .n_ctx_train = tr->t->hp.n_ctx_train, .rms_eps = tr->D.eps,
         .rope_base = tr->D.rope_base,
         .target_layers = { o->tap_layers[0], o->tap_layers[1], o->tap_layers[2] },
+        .norm_before_residual = o->norm_residual,
     };
     const sp_head_weights w = {
         .fc = sp_tr_param(a, P_FC), .attn_norm = sp_tr_param(a, P_AN), .attn_norm_2 = sp_tr_param(a, P_AN2),

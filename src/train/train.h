@@ -284,6 +284,8 @@ typedef struct sp_head_train_opts {
     int32_t tap_layers[3];
     float min_prob;                  /* written as the head's drafting threshold */
     uint32_t head_type;              /* the written head's matrices (sp_head_write_opts.type) */
+    bool norm_residual;              /* the layer's residual starts from the normed fused state
+                                        (eagle3.norm_before_residual), not the raw one */
     const char *command;             /* recorded in the head (specula.training) */
     const char *ckpt_path;           /* NULL = no checkpoints */
     int ckpt_every;                  /* optimizer steps between checkpoints */

@@ -40,9 +40,10 @@ static void make_toy(toy *t, uint64_t seed) {
                                .taps = t->taps };
 }
 
-static void setup_trainer(trainer *tr, toy *t, int J) {
+static void setup_trainer_nr(trainer *tr, toy *t, int J, bool norm_residual) {
     sp_head_train_opts o = sp_head_train_default_opts();
     o.ttt_steps = J;
+    o.norm_residual = norm_residual;
     o.seq_len = N;
     o.draft_vocab = VD;
     trainer_init(tr, &t->m, NULL, &o, K);
@@ -62,18 +63,20 @@ static void setup_trainer(trainer *tr, toy *t, int J) {
     }
 }
 
+static void setup_trainer(trainer *tr, toy *t, int J) { setup_trainer_nr(tr, t, J, false); }
+
 static double loss_of(trainer *tr, const sp_distill_seq *q) {
     sp_tr_arena_zero_grad(&tr->a);
     return run_seq(tr, q, true, (float)(q->n - 1), NULL);
 }
 
-/* d loss / d theta for a sample of entries of every parameter tensor. */
-static void test_gradients(void **state) {
-    (void)state;
+/* d loss / d theta for a sample of entries of every parameter tensor
+ * (with the raw or the normed fused state as the layer's residual). */
+static void check_gradients(bool norm_residual) {
     static toy t;
     make_toy(&t, 3);
     trainer tr;
-    setup_trainer(&tr, &t, 3);
+    setup_trainer_nr(&tr, &t, 3, norm_residual);
     loss_of(&tr, &t.seq);
     float *grad = malloc(tr.a.size * sizeof(float));
     memcpy(grad, tr.a.grad, tr.a.size * sizeof(float));
@@ -102,6 +105,16 @@ static void test_gradients(void **state) {
     trainer_free(&tr);
     if (bad) fail_msg("%d of %d gradients differ from finite differences", bad, checked);
     if (nonzero < checked / 2) fail_msg("only %d of %d sampled gradients are non-zero", nonzero, checked);
+}
+
+static void test_gradients(void **state) {
+    (void)state;
+    check_gradients(false);
+}
+
+static void test_gradients_norm_residual(void **state) {
+    (void)state;
+    check_gradients(true);
 }
 
 /* Sequences shorter than the longest alternate with full ones (the key
@@ -280,6 +293,7 @@ static void test_denormals(void **state) { (void)state; skip(); }
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradients),
+        cmocka_unit_test(test_gradients_norm_residual),
         cmocka_unit_test(test_unroll_feeds_back),
         cmocka_unit_test(test_short_sequences),
         cmocka_unit_test(test_learns),
