@@ -33,8 +33,12 @@ out=build/loadtest/$model
 rm -rf "$out"; mkdir -p "$out"
 maxc=0; for c in $clients; do [ "$c" -gt "$maxc" ] && maxc=$c; done
 
+# the server offers none, ngram, suffix and its --spec method: a method
+# beyond those (eagle, self, ...) becomes that --spec
+spec=ngram
+for m in $methods; do case "$m" in none|ngram|suffix) ;; *) spec=$m ;; esac; done
 # one server for every run: as many slots as the most clients, so no one queues
-"$bin" serve -m "$model" --port 0 --parallel "$maxc" > "$out/server.log" 2>&1 &
+"$bin" serve -m "$model" --port 0 --parallel "$maxc" --spec "$spec" > "$out/server.log" 2>&1 &
 srv=$!
 trap 'kill $srv 2>/dev/null; wait $srv 2>/dev/null || true' EXIT
 port=""
