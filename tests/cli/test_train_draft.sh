@@ -75,6 +75,13 @@ check "run --spec eagle --tree-width 3 gives plain decoding's text" cmp -s "$tmp
     > "$tmp/spec" 2> "$tmp/spec.err"; rc=$?
 check "run --spec eagle --draft-sample at T=0.8 generates (speculative sampling)" \
     bash -c "[ $rc -eq 0 ] && [ -s '$tmp/spec' ] && grep -q 'spec eagle:' '$tmp/spec.err'"
+# --norm-residual: the head records eagle3.norm_before_residual and drafts losslessly
+"$BIN" train-draft -m smollm2-135m -o "$tmp/hn.gguf" --data-file "$tmp/h.gguf.distill" --checkpoint "$tmp/hn.ckpt" \
+    --norm-residual "${small[@]}" > /dev/null 2> "$tmp/e"; rc=$?
+nbr=$("$py" -c "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); f = r.fields['eagle3.norm_before_residual']; print(bool(f.parts[f.data[0]][0]))" "$tmp/hn.gguf" 2>&1)
+check "--norm-residual writes eagle3.norm_before_residual = true" bash -c "[ $rc -eq 0 ] && [ '$nbr' = 'True' ]"
+"$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0 --spec eagle --draft-head "$tmp/hn.gguf" > "$tmp/spec" 2> /dev/null
+check "and run --spec eagle with it gives plain decoding's text" cmp -s "$tmp/plain" "$tmp/spec"
 printf 'SPDSTL01garbage' > "$tmp/bad.distill"
 "$BIN" train-draft -m smollm2-135m -o "$tmp/y.gguf" --data-file "$tmp/bad.distill" --data "$tmp/text" --tokens 1000 \
     --seq-len 48 --draft-vocab 512 --eval-every 0 > /dev/null 2> "$tmp/e"; rc=$?
