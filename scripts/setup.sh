@@ -20,11 +20,12 @@ fi
 # 12 refuses system-wide pip installs; the tests use .venv/bin/python).
 cd "$(dirname "$0")/.."
 # The page test (tests/serve/test_page.py) drives Debian's chromium over the
-# DevTools protocol with the `websocket-client` package.
-if ! .venv/bin/python -c "import openai, websocket" 2>/dev/null; then
-    echo "setup: installing the openai and websocket-client packages into .venv" >&2
+# DevTools protocol with the `websocket-client` package; the structured-output
+# tests validate what the server returns with the `jsonschema` package.
+if ! .venv/bin/python -c "import openai, websocket, jsonschema" 2>/dev/null; then
+    echo "setup: installing the openai, websocket-client and jsonschema packages into .venv" >&2
     [ -x .venv/bin/python ] || python3 -m venv .venv
-    .venv/bin/pip install -q --disable-pip-version-check "openai>=1.0" "websocket-client>=1.5"
+    .venv/bin/pip install -q --disable-pip-version-check "openai>=1.0" "websocket-client>=1.5" "jsonschema>=4.0"
 fi
 # `specula quantize` tests check the files it writes with llama.cpp's `gguf`
 # package (pinned in tests/tools/gguf_python.sh, which installs it here).

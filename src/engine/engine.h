@@ -29,6 +29,7 @@
 #define SP_ENGINE_H
 
 #include "base/base.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "sample/sample.h"
 #include "speculative/speculative.h"
@@ -81,6 +82,9 @@ typedef struct sp_seq_params {
     bool penalize_prompt;            /* prompt tokens enter the penalty window (default false) */
     sp_drafter *drafter;             /* NULL = plain decoding; borrowed, outlives the sequence */
     int draft_max;                   /* SP_DRAFT_ADAPTIVE (default), 0 = no drafting, > 0 fixed */
+    const sp_grammar *grammar;       /* NULL = unconstrained; borrowed, outlives the sequence */
+    const char *grammar_trigger;     /* NULL = the grammar applies from the first token; else it
+                                        applies after this text appears in the output (lazy) */
     sp_emit_fn emit;                 /* every generated token, inside sp_ctx_step (required) */
     void *ud;
 } sp_seq_params;
