@@ -73,7 +73,9 @@ int sp_gvocab_n_vocab(const sp_gvocab *v);
 
 /* A matcher at the start of g (both borrowed).  trigger: NULL or "" for a
  * grammar that applies from the first token, else the text that switches
- * it on (lazy).  NULL + err only on bad arguments. */
+ * it on (lazy).  v may be NULL for a text-only matcher (tests, checking a
+ * string against a grammar): then only the *_bytes functions and the
+ * queries without tokens may be used.  NULL + err only on bad arguments. */
 sp_gmatch *sp_gmatch_create(const sp_grammar *g, const sp_gvocab *v, const char *trigger, sp_err *err);
 void sp_gmatch_free(sp_gmatch *m);
 
@@ -91,6 +93,12 @@ bool sp_gmatch_allows(sp_gmatch *m, int32_t tok);
 /* Advances over an emitted token.  0, or -1 + err if the grammar does not
  * allow it (the matcher is then unchanged). */
 int sp_gmatch_accept(sp_gmatch *m, int32_t tok, sp_err *err);
+/* Text-level: advances over n bytes (a code point may be split across
+ * calls).  0, or -1 + err naming the byte offset (matcher unchanged). */
+int sp_gmatch_accept_bytes(sp_gmatch *m, const char *bytes, size_t n, sp_err *err);
+/* The text so far is a complete sentence of the grammar (an
+ * end-of-generation token would be allowed). */
+bool sp_gmatch_can_end(const sp_gmatch *m);
 /* How many of tokens[0..n), taken in order from the current position, the
  * grammar allows (n if all); the matcher is unchanged. */
 int sp_gmatch_check(sp_gmatch *m, const int32_t *tokens, int n);
