@@ -85,7 +85,9 @@ bool sp_gmatch_active(const sp_gmatch *m);
 /* The grammar is complete and nothing may follow: only end-of-generation
  * tokens are allowed. */
 bool sp_gmatch_must_end(const sp_gmatch *m);
-/* An end-of-generation token was accepted (the matcher is finished). */
+/* An end-of-generation token was accepted: the output is complete and
+ * only further end-of-generation tokens are allowed (for a caller that
+ * keeps generating past them). */
 bool sp_gmatch_ended(const sp_gmatch *m);
 
 /* Is token tok allowed next?  (Walks only tok's bytes: cheap.) */

@@ -164,7 +164,7 @@ struct sp_gmatch {
     /* masks */
     sp_gmask_entry *cache;
     uint32_t cache_cap, cache_n;
-    uint64_t *all_ones, *none;     /* inactive / ended */
+    uint64_t *all_ones, *eog_only; /* inactive / ended (only more ends may follow) */
     int32_t *dfs;                  /* automaton state per trie depth */
     sp_gpstate *ps;
     uint32_t n_ps, cap_ps;

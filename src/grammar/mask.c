@@ -79,7 +79,7 @@ static void ps_clear(sp_gmatch *m);
 void sp_gm_mask_free(sp_gmatch *m) {
     cache_clear(m);
     free(m->all_ones);
-    free(m->none);
+    free(m->eog_only);
     free(m->dfs);
     ps_clear(m);
     free(m->ps);
@@ -175,15 +175,17 @@ static int compute_mask(sp_gmatch *m, const sp_gpos *start, uint64_t *bits) {
 
 static const uint64_t *fixed_mask(sp_gmatch *m, bool all, int *n_allowed) {
     const sp_gvocab *v = m->v;
-    uint64_t **slot = all ? &m->all_ones : &m->none;
+    uint64_t **slot = all ? &m->all_ones : &m->eog_only;
     if (!*slot) {
         size_t words = mask_words(v);
         *slot = sp_xcalloc(words, 8);
         if (all) {
             for (int32_t t = 0; t < v->n_vocab; t++) (*slot)[t >> 6] |= 1ull << (t & 63);
+        } else {
+            for (int k = 0; k < v->n_eog; k++) (*slot)[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
         }
     }
-    *n_allowed = all ? v->n_vocab : 0;
+    *n_allowed = all ? v->n_vocab : v->n_eog;
     return *slot;
 }
 

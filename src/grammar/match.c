@@ -416,7 +416,10 @@ static bool state_accept_eog(const sp_gmatch *m, sp_gstate *s) {
 /* Advances s over token tok; false (s unspecified) if not allowed. */
 bool sp_gm_state_accept_token(sp_gmatch *m, sp_gstate *s, int32_t tok) {
     const sp_gvocab *v = m->v;
-    if (s->ended || tok < 0 || tok >= v->n_vocab) return false;
+    if (tok < 0 || tok >= v->n_vocab) return false;
+    /* once complete, nothing may follow but more ends of generation (a
+     * caller that ignores them keeps getting them) */
+    if (s->ended) return v->kind[tok] == SP_GV_EOG;
     if (!s->active) {
         /* the trigger may be a special token (<tool_call>): seen rendered */
         char buf[256], *piece = buf;
