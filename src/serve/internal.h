@@ -274,6 +274,7 @@ typedef struct sp_tcparse {
     sp_tbuf buf;                     /* text not yet decided (held back) */
     size_t head, emitted;            /* SP_TC_ST_ARGS: the head's length in buf, argument bytes given out */
     sp_tbuf content;                 /* every TEXT event's text */
+    sp_tbuf gap;                     /* whitespace before a block, held */
     sp_tc_call *calls;
     int n_calls, cap_calls;
 } sp_tcparse;

@@ -345,6 +345,7 @@ void sp_tc_free(sp_tcparse *p) {
     free(p->calls);
     sp_tbuf_free(&p->buf);
     sp_tbuf_free(&p->content);
+    sp_tbuf_free(&p->gap);
     memset(p, 0, sizeof *p);
 }
 
@@ -357,6 +358,12 @@ int sp_tc_n_valid(const sp_tcparse *p) {
 static void tc_text(sp_tcparse *p, const char *s, size_t n, sp_tc_out *o) {
     sp_tbuf_put(&p->content, s, n);
     ev_put(o, SP_TC_TEXT, 0, s, n);
+}
+
+/* The whitespace held before a block goes out once text follows. */
+static void tc_gap(sp_tcparse *p, sp_tc_out *o) {
+    if (p->gap.n) tc_text(p, p->gap.s, p->gap.n, o);
+    p->gap.n = 0;
 }
 
 /* Drops the first n bytes of the buffer. */
@@ -389,7 +396,7 @@ static int tc_head(const char *s, size_t n, size_t *len, char name[SP_REQ_MAX_TO
     size_t i = 0;
     int rc;
     for (int k = 0; k < 4; k++) {
-        if (k < 3) tc_skip_ws(s, n, &i);
+        tc_skip_ws(s, n, &i);
         if ((rc = tc_lit(s, n, &i, parts[k])) <= 0) return rc;
     }
     size_t start = i;
@@ -471,6 +478,7 @@ static void tc_close_raw(sp_tcparse *p, size_t inner, sp_tc_out *o) {
         c->valid = c->closed = c->args != NULL;
         ev_put(o, SP_TC_ARGS, p->n_calls - 1, c->args ? c->args : "", c->n_args);
     } else {
+        tc_gap(p, o);
         tc_text(p, c->raw, c->n_raw, o);
         free(c->raw);
         p->n_calls--;                /* not a call */
@@ -506,8 +514,17 @@ static bool tc_step(sp_tcparse *p, sp_tc_out *o) {
         size_t k = tag ? (size_t)(tag - s) : n - tc_partial(s, n, TAG_OPEN);
         size_t keep = k;             /* trailing whitespace waits for what follows */
         while (keep > 0 && tc_ws(s[keep - 1])) keep--;
-        tc_text(p, s, keep, o);
+        if (keep > 0) {
+            size_t lead = 0;         /* content does not start with the space after blocks */
+            if (p->n_calls > 0 && p->content.n == 0) {
+                while (tc_ws(s[lead])) lead++;
+                p->gap.n = 0;
+            }
+            tc_gap(p, o);
+            tc_text(p, s + lead, keep - lead, o);
+        }
         if (!tag) { tc_consume(p, keep); return false; }
+        sp_tbuf_put(&p->gap, s + keep, k - keep);   /* space before a block: dropped at the ends */
         tc_consume(p, k + strlen(TAG_OPEN));
         tc_new_call(p);
         p->st = SP_TC_ST_HEAD;
@@ -557,11 +574,10 @@ void sp_tc_finish(sp_tcparse *p, sp_tc_out *o) {
     const char *s = p->buf.s ? p->buf.s : "";
     const size_t n = p->buf.n;
     if (p->st == SP_TC_ST_TEXT) {
-        /* trailing whitespace goes out unless it only followed calls */
-        if (!sp_tc_n_valid(p) || p->content.n > 0) {
-            size_t k = n;
-            if (sp_tc_n_valid(p)) while (k > 0 && tc_ws(s[k - 1])) k--;
-            tc_text(p, s, k, o);
+        /* trailing whitespace goes out only when there is no call */
+        if (!sp_tc_n_valid(p)) {
+            tc_gap(p, o);
+            tc_text(p, s, n, o);
         }
     } else if (p->st == SP_TC_ST_ARGS) {  /* cut short after its name went out */
         sp_tc_call *c = tc_cur(p);
@@ -574,6 +590,7 @@ void sp_tc_finish(sp_tcparse *p, sp_tc_out *o) {
     } else {                         /* an unfinished block before its name: content */
         tc_keep_raw(p, n);
         sp_tc_call *c = tc_cur(p);
+        tc_gap(p, o);
         tc_text(p, c->raw, c->n_raw, o);
         free(c->raw);
         p->n_calls--;
