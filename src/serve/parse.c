@@ -389,9 +389,9 @@ static int parse_json_schema(json_t *js, sp_req *r, sp_api_err *e) {
         return bad(e, P, "'response_format.json_schema.strict' must be a boolean.");
     if (desc && !json_is_null(desc) && !json_is_string(desc))
         return bad(e, P, "'response_format.json_schema.description' must be a string.");
-    if (!json_is_object(schema) && !json_is_boolean(schema))
+    if (!json_is_object(schema))
         return bad(e, P, "'response_format.json_schema.schema' must be a JSON schema (an object).");
-    r->rf_schema = json_dumps(schema, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+    r->rf_schema = json_dumps(schema, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!r->rf_schema) return bad(e, P, "'response_format.json_schema.schema' cannot be serialized.");
     r->rf = SP_RF_JSON_SCHEMA;
     return 0;
