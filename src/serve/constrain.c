@@ -80,7 +80,7 @@ char *sp_tools_gbnf(const sp_req *r, bool lazy, sp_api_err *e) {
     else snprintf(line, sizeof line, "root ::= tc-block%s\n", more);
     cs_add(&g, line);
     if (!lazy && r->rf != SP_RF_TEXT) {
-        const char *schema = r->rf == SP_RF_JSON_SCHEMA ? r->rf_schema : "{\"type\":\"object\"}";
+        const char *schema = r->rf == SP_RF_JSON_SCHEMA ? r->rf_schema : "{\"type\":\"object\",\"additionalProperties\":true}";
         if (cs_rules(schema, "rf", "response_format.json_schema.schema", "response_format", &g, e)) {
             free(g);
             return NULL;

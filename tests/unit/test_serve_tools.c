@@ -407,6 +407,120 @@ static void test_response_json(void **state) {
     json_decref(o);
 }
 
+/* ----------------------------------------------------------------------------
+ * Grammars (constrain.c), checked with a text-only matcher
+ * ------------------------------------------------------------------------- */
+
+/* text is a complete sentence of the request's grammar. */
+static bool accepts(const sp_grammar *g, const char *trigger, const char *text) {
+    sp_err err;
+    sp_gmatch *m = sp_gmatch_create(g, NULL, trigger, &err);
+    assert_non_null(m);
+    const bool ok = sp_gmatch_accept_bytes(m, text, strlen(text), &err) == 0 && sp_gmatch_can_end(m);
+    sp_gmatch_free(m);
+    return ok;
+}
+
+static sp_grammar *constrain(const char *body, const char **trigger) {
+    sp_req r;
+    sp_api_err e;
+    assert_int_equal(parse_chat(body, &r, &e), 0);
+    sp_grammar *g = NULL;
+    if (sp_req_constrain(&r, &g, trigger, &e)) fail_msg("%s", e.message);
+    sp_req_free(&r);
+    return g;
+}
+
+#define CALL_W "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+#define CALL_N "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"
+
+static void test_tool_grammars(void **state) {
+    (void)state;
+    char body[2048];
+    const char *trigger;
+    snprintf(body, sizeof body, "{" MSGS ", %s, \"tool_choice\": \"required\"}", TOOLS);
+    sp_grammar *g = constrain(body, &trigger);
+    assert_null(trigger);
+    assert_true(accepts(g, NULL, CALL_W));
+    assert_true(accepts(g, NULL, CALL_W "\n" CALL_N));
+    assert_false(accepts(g, NULL, "Sure. " CALL_W));
+    assert_false(accepts(g, NULL, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
+    assert_false(accepts(g, NULL, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+    sp_grammar_free(g);
+    /* one call only; the named function only */
+    snprintf(body, sizeof body, "{" MSGS ", %s, \"tool_choice\": {\"type\": \"function\", \"function\": "
+             "{\"name\": \"now\"}}, \"parallel_tool_calls\": false}", TOOLS);
+    g = constrain(body, &trigger);
+    assert_true(accepts(g, NULL, CALL_N));
+    assert_false(accepts(g, NULL, CALL_N "\n" CALL_N));
+    assert_false(accepts(g, NULL, CALL_W));
+    sp_grammar_free(g);
+    /* auto: lazy, the grammar covers what follows the trigger */
+    snprintf(body, sizeof body, "{" MSGS ", %s}", TOOLS);
+    g = constrain(body, &trigger);
+    assert_string_equal(trigger, "<tool_call>");
+    assert_true(accepts(g, trigger, "Let me look. " CALL_W));
+    assert_false(accepts(g, trigger, "Let me look. <tool_call>\n{\"name\": 1}"));
+    sp_grammar_free(g);
+    /* auto + response_format: calls or that JSON, from the first byte */
+    snprintf(body, sizeof body, "{" MSGS ", %s, \"response_format\": {\"type\": \"json_object\"}}", TOOLS);
+    g = constrain(body, &trigger);
+    assert_null(trigger);
+    assert_true(accepts(g, NULL, CALL_N));
+    assert_true(accepts(g, NULL, "{\"a\": [1, true]}"));
+    assert_false(accepts(g, NULL, "hello"));
+    sp_grammar_free(g);
+    /* the text tools.c renders for history is what the grammar allows */
+    sp_req r;
+    sp_api_err e;
+    const char *hist = "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": "
+                       "{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]}]}";
+    assert_int_equal(parse_chat(hist, &r, &e), 0);
+    snprintf(body, sizeof body, "{" MSGS ", %s, \"tool_choice\": \"required\"}", TOOLS);
+    g = constrain(body, &trigger);
+    assert_true(accepts(g, NULL, r.msgs[0].content));
+    sp_grammar_free(g);
+    sp_req_free(&r);
+}
+
+static void test_constraint_grammars(void **state) {
+    (void)state;
+    const char *trigger;
+    sp_grammar *g = constrain("{" MSGS ", \"grammar\": \"root ::= \\\"yes\\\" | \\\"no\\\"\"}", &trigger);
+    assert_true(accepts(g, NULL, "yes") && accepts(g, NULL, "no") && !accepts(g, NULL, "maybe"));
+    sp_grammar_free(g);
+    g = constrain("{" MSGS ", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", "
+                  "\"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, "
+                  "\"required\": [\"a\"]}}}}", &trigger);
+    assert_true(accepts(g, NULL, "{\"a\": 5}"));
+    assert_false(accepts(g, NULL, "{\"a\": \"x\"}"));
+    sp_grammar_free(g);
+    g = constrain("{" MSGS ", \"response_format\": {\"type\": \"text\"}}", &trigger);
+    assert_null(g);
+    /* errors name the field and the position or schema path */
+    struct { const char *body, *param, *want; } bad[] = {
+        { "{" MSGS ", \"grammar\": \"root ::= [a-\"}", "grammar", "line 1, column" },
+        { "{" MSGS ", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": "
+          "{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"string\", \"pattern\": \"a+\"}}}}}}",
+          "response_format", "response_format.json_schema.schema: /properties/x" },
+        { "{" MSGS ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+          "{\"type\": \"object\", \"properties\": {\"q\": {\"type\": \"number\", \"minimum\": 1}}}}}]}",
+          "tools", "tools[0].function.parameters" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        sp_req r;
+        sp_api_err e;
+        assert_int_equal(parse_chat(bad[i].body, &r, &e), 0);
+        sp_grammar *none = NULL;
+        assert_int_equal(sp_req_constrain(&r, &none, &trigger, &e), -1);
+        assert_null(none);
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.param, bad[i].param);
+        if (!strstr(e.message, bad[i].want)) fail_msg("'%s' lacks '%s'", e.message, bad[i].want);
+        sp_req_free(&r);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tools_fields),
@@ -418,6 +532,8 @@ int main(void) {
         cmocka_unit_test(test_parse_calls),
         cmocka_unit_test(test_parse_text_and_broken),
         cmocka_unit_test(test_response_json),
+        cmocka_unit_test(test_tool_grammars),
+        cmocka_unit_test(test_constraint_grammars),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
