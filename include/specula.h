@@ -44,7 +44,7 @@ extern "C" {
 #endif
 
 /* Bumped on every incompatible change of this header. */
-#define SPECULA_API_VERSION 1
+#define SPECULA_API_VERSION 2
 
 /* SPECULA_API_VERSION of the library linked in (check it equals the
  * header's). */
@@ -175,6 +175,14 @@ typedef struct specula_seq_params {
     bool penalize_prompt;            /* prompt tokens count for the penalties (default false) */
     specula_drafter *drafter;        /* NULL = plain decoding */
     int draft_max;                   /* SPECULA_DRAFT_ADAPTIVE (default), 0 = none, or a fixed length */
+    const char *grammar;             /* GBNF (llama.cpp's dialect, start rule "root") the output must
+                                        match; NULL = unconstrained (default).  Compiled when the
+                                        sequence is added: errors name line and column */
+    const char *grammar_trigger;     /* NULL (default): the grammar applies from the first token;
+                                        else it applies once the output contains this text (lazy) */
+    int forced_spans;                /* under a grammar, verify the tokens it forces as drafts:
+                                        -1 = when a drafter is given (default), 0 = never, 1 = always.
+                                        The output is the same either way */
     specula_token_fn on_token;       /* required */
     void *user_data;
 } specula_seq_params;
@@ -195,6 +203,7 @@ typedef struct specula_stats {
     int64_t n_prompt, n_generated;
     int64_t rounds;                  /* target passes after prefill */
     int64_t drafted, accepted;       /* draft tokens proposed and accepted */
+    int64_t forced_drafted, forced_accepted;  /* of those, forced by the grammar */
     double prefill_seconds, decode_seconds;
 } specula_stats;
 
@@ -213,6 +222,13 @@ specula_finish specula_seq_finish(const specula_ctx *c, int id);
 void specula_seq_stats(const specula_ctx *c, int id, specula_stats *out);
 /* Why a sequence ended with SPECULA_FINISH_ERROR ("" otherwise). */
 const char *specula_seq_error(const specula_ctx *c, int id);
+
+/* GBNF for the JSON values a JSON schema accepts (schema: JSON text of
+ * len bytes), to use as specula_seq_params.grammar.  Writes it
+ * NUL-terminated into buf (cut to cap - 1 bytes) and returns its full
+ * length, or -1 + err naming the schema path of what is invalid or not
+ * supported (never a silently dropped constraint). */
+long specula_json_schema_to_grammar(const char *schema, size_t len, char *buf, size_t cap, specula_error *err);
 
 /* Adds a sequence, steps until it ends, removes it (other sequences in the
  * context advance too).  stats and finish may be NULL.  0, or -1 + err. */

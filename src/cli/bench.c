@@ -29,7 +29,11 @@ static const char bench_help[] =
     SP_ENGINE_OPTS_HELP
     "      --prompts FILE      JSONL prompts (default bench/prompts.jsonl): one\n"
     "                          {\"id\",\"category\",\"messages\" or \"prompt\" (raw text, no chat\n"
-    "                          template),\"max_tokens\"} per line\n"
+    "                          template),\"max_tokens\"} per line; optional \"json_schema\"\n"
+    "                          (an object) or \"grammar\" (GBNF) constrains that prompt's output\n"
+    "                          (structured output: the tokens the grammar forces are drafted by\n"
+    "                          every method; method 'forced' drafts only those)\n"
+    "      --no-forced-spans   under a grammar, methods draft only their drafter's tokens\n"
     "      --methods LIST      comma-separated, e.g. plain,ngram,suffix,ngram+draft (default\n"
     "                          plain,ngram); A+B tries A, then B when A proposes nothing\n"
     "      --repeats N         runs per prompt and method (default 3); drafters that learn\n"
@@ -65,6 +69,7 @@ typedef struct bench_opts {
     const char *prompts_path, *json_path, *category;
     char *methods[MAX_METHODS];
     int n_methods, repeats, warmup, limit, max_tokens, draft_max;
+    bool no_forced;
     float temp;
     uint64_t seed;
     sp_spec_cli spec;
@@ -73,6 +78,24 @@ typedef struct bench_opts {
 /* ----------------------------------------------------------------------------
  * Prompts
  * ------------------------------------------------------------------------- */
+
+/* The grammar of a prompt line: its "json_schema" object or "grammar"
+ * text (not both). */
+static sp_grammar *line_grammar(const json_t *schema, const json_t *gbnf, sp_err *err) {
+    if (schema && gbnf) { sp_err_set(err, "give \"json_schema\" or \"grammar\", not both"); return NULL; }
+    if (gbnf && !json_is_string(gbnf)) { sp_err_set(err, "\"grammar\" must be a string"); return NULL; }
+    char *text = NULL;
+    if (schema) {
+        char *js = json_dumps(schema, JSON_COMPACT);
+        text = js ? sp_schema_to_gbnf(js, strlen(js), err) : NULL;
+        free(js);
+        if (!text) return NULL;
+    }
+    const char *g = text ? text : json_string_value(gbnf);
+    sp_grammar *out = sp_grammar_parse(g, strlen(g), err);
+    free(text);
+    return out;
+}
 
 static int load_prompts(const bench_opts *o, const sp_engine *e, prompt *ps, int *n_out, sp_err *err) {
     FILE *f = fopen(o->prompts_path, "r");
@@ -94,6 +117,8 @@ static int load_prompts(const bench_opts *o, const sp_engine *e, prompt *ps, int
         const char *id = j ? json_string_value(json_object_get(j, "id")) : NULL;
         const char *cat = j ? json_string_value(json_object_get(j, "category")) : NULL;
         json_t *mt = j ? json_object_get(j, "max_tokens") : NULL;
+        json_t *schema = j ? json_object_get(j, "json_schema") : NULL;
+        json_t *gbnf = j ? json_object_get(j, "grammar") : NULL;
         if (!j || (!json_is_array(msgs) && !raw) || (msgs && raw) || !id || !cat || !json_is_integer(mt) ||
             json_integer_value(mt) < 1 || json_integer_value(mt) > 100000) {
             rc = sp_err_set(err, "%s:%d: expected {\"id\",\"category\",\"messages\":[...] or \"prompt\":\"raw "
@@ -126,13 +151,15 @@ static int load_prompts(const bench_opts *o, const sp_engine *e, prompt *ps, int
             p->id = sp_xstrdup(id);
             p->category = sp_xstrdup(cat);
             p->max_tokens = o->max_tokens ? o->max_tokens : (int)json_integer_value(mt);
+            if ((schema || gbnf) && !(p->grammar = line_grammar(schema, gbnf, err)))
+                rc = sp_err_prefix(err, "%s: prompt '%s'", o->prompts_path, id);
             if (p->toks.n + p->max_tokens + 1 > e->n_ctx)
                 rc = sp_err_set(err, "%s: prompt '%s' needs %d tokens of context, have %d (raise -c)",
                                 o->prompts_path, id, p->toks.n + p->max_tokens + 1, e->n_ctx);
-            else n++;
+            else if (!rc) n++;
         }
         json_decref(j);
-        if (rc) { sp_tokens_free(&p->toks); break; }
+        if (rc) { sp_tokens_free(&p->toks); sp_grammar_free(p->grammar); break; }
     }
     free(line);
     fclose(f);
@@ -155,7 +182,12 @@ int sp_bench_load(const char *path, const sp_engine *e, int limit, sp_bench_prom
 
 void sp_bench_free(sp_bench_prompt *ps, int n) {
     if (!ps) return;
-    for (int i = 0; i < n; i++) { free(ps[i].id); free(ps[i].category); sp_tokens_free(&ps[i].toks); }
+    for (int i = 0; i < n; i++) {
+        free(ps[i].id);
+        free(ps[i].category);
+        sp_tokens_free(&ps[i].toks);
+        sp_grammar_free(ps[i].grammar);
+    }
     free(ps);
 }
 
@@ -176,8 +208,8 @@ static sp_emit_result on_tok(void *ud, int32_t t, bool drafted, const float *log
 }
 
 /* One generation of prompt p in the engine's context (one slot). */
-static int run_once(const sp_engine *e, sp_drafter *drafter, const bench_opts *o, const sp_tokens *p,
-                    int max_tokens, sp_spec_stats *st, sp_tokens *out, sp_err *err) {
+static int run_once(const sp_engine *e, sp_drafter *drafter, bool forced, const bench_opts *o, const sp_tokens *p,
+                    const sp_grammar *g, int max_tokens, sp_spec_stats *st, sp_tokens *out, sp_err *err) {
     sp_seq_params sq = sp_seq_default_params();
     sq.sampling.temperature = o->temp;
     sq.sampling.seed = o->seed;
@@ -187,6 +219,8 @@ static int run_once(const sp_engine *e, sp_drafter *drafter, const bench_opts *o
     sq.max_tokens = max_tokens;
     sq.drafter = drafter;
     sq.draft_max = o->draft_max;
+    sq.grammar = g;
+    sq.forced_spans = forced && !o->no_forced;
     collect c = { e->tok, { 0 } };
     sq.emit = on_tok;
     sq.ud = &c;
@@ -412,6 +446,7 @@ int sp_cmd_bench(int argc, char **argv) {
         { "--temp", SP_FLAG_FLOAT, &o.temp, 0, 100 },
         { "--seed", SP_FLAG_U64, &o.seed, 0, 0 },
         { "--verify-cost", SP_FLAG_SET, &vcost, 0, 0 },
+        { "--no-forced-spans", SP_FLAG_SET, &o.no_forced, 0, 0 },
     };
     sp_args a = { "bench", argc, argv, 1 };
     for (; a.i < argc; a.i++) {
@@ -435,7 +470,8 @@ int sp_cmd_bench(int argc, char **argv) {
     sp_err err;
     sp_drafter *drafters[MAX_METHODS] = { 0 };
     for (int m = 1; m < o.n_methods; m++)
-        if (sp_drafter_check_name(o.methods[m], &err)) return sp_usage_error("bench", "--methods: %s", err.msg);
+        if (strcmp(o.methods[m], "forced") && sp_drafter_check_name(o.methods[m], &err))
+            return sp_usage_error("bench", "--methods: %s", err.msg);
     o.draft_max = o.spec.draft_max;
     if (!eo.ctx) eo.ctx = 8192;
     sp_engine e;
@@ -447,7 +483,8 @@ int sp_cmd_bench(int argc, char **argv) {
     sp_tokens warm = { 0 };
     if (sp_engine_open(&eo, &e, &err)) { fprintf(stderr, "specula bench: %s\n", err.msg); goto out_free; }
     for (int m = 1; m < o.n_methods; m++)
-        if (!(drafters[m] = sp_engine_drafter(&e, o.methods[m], &o.spec, &err))) goto fail;
+        if (strcmp(o.methods[m], "forced") && !(drafters[m] = sp_engine_drafter(&e, o.methods[m], &o.spec, &err)))
+            goto fail;
     if (load_prompts(&o, &e, ps, &np, &err)) goto fail;
     /* t(K): the adaptive length needs it, and draft-c is measured against t(1) */
     if (nm > 1 && sp_ctx_cost(e.ctx, &cost, &err)) goto fail;
@@ -457,7 +494,7 @@ int sp_cmd_bench(int argc, char **argv) {
     for (int w = 0; w < o.warmup; w++)
         for (int m = 0; m < o.n_methods; m++) {
             sp_spec_stats st;
-            if (run_once(&e, drafters[m], &o, &warm, 16, &st, NULL, &err)) goto fail;
+            if (run_once(&e, drafters[m], m > 0, &o, &warm, NULL, 16, &st, NULL, &err)) goto fail;
         }
 
     res = sp_xcalloc((size_t)np * nm, sizeof *res);
@@ -475,7 +512,9 @@ int sp_cmd_bench(int argc, char **argv) {
                 result *R = &res[i * nm + m];
                 sp_spec_stats st;
                 sp_tokens out = { 0 };
-                if (run_once(&e, drafters[m], &o, &ps[i].toks, ps[i].max_tokens, &st, &out, &err)) goto fail;
+                if (run_once(&e, drafters[m], m > 0, &o, &ps[i].toks, ps[i].grammar, ps[i].max_tokens, &st, &out,
+                             &err))
+                    goto fail;
                 R->tps[r] = sp_stats_decode_tps(&st);
                 R->secs[r] = sp_ns_to_s(st.total_ns);
                 sp_stats_add(&R->stats, &st);
@@ -533,6 +572,19 @@ int sp_cmd_bench(int argc, char **argv) {
                    100.0 * (double)ag[m].stats.pos_accepted[i] / (double)ag[m].stats.pos_drafted[i],
                    (long long)ag[m].stats.pos_drafted[i]);
         printf("\n");
+    }
+    /* under a grammar: the forced spans, and the grammar's share of the
+     * decode time (masks, draft checks, forced spans) */
+    for (int m = 0; m < nm; m++) {
+        const sp_spec_stats *s = &ag[m].stats;
+        if (!s->masks && !s->forced_drafted) continue;
+        printf("# grammar %s: forced %lld of %lld emitted tokens drafted, %lld accepted (%.1f%%); masks %lld rows "
+               "(%lld computed); grammar time %.3f ms/token = %.1f%% of decode\n", o.methods[m],
+               (long long)s->forced_drafted, (long long)s->emitted, (long long)s->forced_accepted,
+               s->forced_drafted ? 100.0 * (double)s->forced_accepted / (double)s->forced_drafted : 0.0,
+               (long long)s->masks, (long long)s->mask_misses,
+               s->emitted ? s->mask_ns / 1e6 / (double)s->emitted : 0.0,
+               s->total_ns ? 100.0 * (double)s->mask_ns / (double)s->total_ns : 0.0);
     }
     if (o.repeats > 1 && nm > 1) {
         /* later repeats of a prompt meet drafters that remember earlier
@@ -595,7 +647,12 @@ out:
     if (res)
         for (int i = 0; i < np * nm; i++) { free(res[i].tps); free(res[i].secs); }
     free(res);
-    for (int i = 0; i < np; i++) { free(ps[i].id); free(ps[i].category); sp_tokens_free(&ps[i].toks); }
+    for (int i = 0; i < np; i++) {
+        free(ps[i].id);
+        free(ps[i].category);
+        sp_tokens_free(&ps[i].toks);
+        sp_grammar_free(ps[i].grammar);
+    }
     sp_tokens_free(&warm);
     sp_engine_close(&e);
 out_free:

@@ -131,6 +131,7 @@ typedef struct sp_bench_prompt {
     char *id, *category;
     sp_tokens toks;
     int max_tokens;
+    sp_grammar *grammar;             /* from the line's "json_schema" or "grammar"; NULL = none */
 } sp_bench_prompt;
 int sp_bench_load(const char *path, const sp_engine *e, int limit, sp_bench_prompt **out, int *n,
                   sp_err *err);

@@ -31,8 +31,15 @@ static const char run_help[] =
     "      --seed S            sampling seed (default: random, printed)\n"
     "      --stop TEXT         stop when TEXT is generated (repeatable)\n"
     "      --ignore-eos        keep generating after end-of-generation tokens\n"
+    "      --grammar GBNF      constrain the output to a grammar (llama.cpp's GBNF, rule root)\n"
+    "      --grammar-file PATH the grammar from a file\n"
+    "  -j, --json-schema JSON  constrain the output to JSON matching a JSON schema\n"
+    "      --json-schema-file PATH  the schema from a file\n"
     "      --spec METHOD       speculative decoding: none (default), ngram, suffix, draft,\n"
-    "                          self, eagle, or a combination tried in order (e.g. suffix,eagle)\n"
+    "                          self, eagle, or a combination tried in order (e.g. suffix,eagle);\n"
+    "                          under a grammar, the tokens it forces are drafted too, and\n"
+    "                          'forced' drafts only those\n"
+    "      --no-forced-spans   under a grammar with --spec, draft only the drafter's tokens\n"
     SP_SPEC_OPTS_HELP
     "  -q, --quiet             no statistics on stderr\n"
     "  -h, --help              this help\n";
@@ -71,9 +78,9 @@ static sp_emit_result on_token(void *ud, int32_t tok, bool drafted, const float 
     return SP_EMIT_CONTINUE;
 }
 
-static char *read_file(const char *path, sp_err *err) {
+static char *read_file(const char *path, const char *what, sp_err *err) {
     FILE *f = fopen(path, "rb");
-    if (!f) { sp_err_set(err, "cannot open prompt file '%s'", path); return NULL; }
+    if (!f) { sp_err_set(err, "cannot open %s file '%s'", what, path); return NULL; }
     size_t cap = 0, n = 0, k;
     char *b = NULL;
     do {
@@ -83,8 +90,33 @@ static char *read_file(const char *path, sp_err *err) {
     } while (k > 0);
     fclose(f);
     b[n] = 0;
-    if (strlen(b) != n) { free(b); sp_err_set(err, "prompt file '%s' contains NUL bytes", path); return NULL; }
+    if (strlen(b) != n) { free(b); sp_err_set(err, "%s file '%s' contains NUL bytes", what, path); return NULL; }
     return b;
+}
+
+/* Where the output's grammar comes from: at most one of these. */
+typedef struct run_grammar {
+    const char *text, *file, *schema, *schema_file;
+} run_grammar;
+
+/* Compiles the grammar the options name (*out stays NULL without one). */
+static int grammar_constraint(const run_grammar *gc, sp_grammar **out, sp_err *err) {
+    char *text = NULL, *gbnf = NULL;
+    const char *src = gc->text;
+    if (gc->file && !(src = text = read_file(gc->file, "grammar", err))) return -1;
+    if (gc->schema || gc->schema_file) {
+        const char *js = gc->schema;
+        if (gc->schema_file && !(js = text = read_file(gc->schema_file, "JSON schema", err))) return -1;
+        gbnf = sp_schema_to_gbnf(js, strlen(js), err);
+        free(text);
+        text = NULL;
+        if (!gbnf) return -1;
+        src = gbnf;
+    }
+    if (src) *out = sp_grammar_parse(src, strlen(src), err);
+    free(text);
+    free(gbnf);
+    return src && !*out ? -1 : 0;
 }
 
 int sp_cmd_run(int argc, char **argv) {
@@ -92,7 +124,9 @@ int sp_cmd_run(int argc, char **argv) {
     sp_sampler_params sp = sp_sampler_defaults();
     sp.temperature = 0.8f; sp.top_k = 40; sp.top_p = 0.95f; sp.min_p = 0.05f;
     const char *prompt = NULL, *file = NULL, *system = NULL;
-    bool chat = false, quiet = false, seed_set = false;
+    bool chat = false, quiet = false, seed_set = false, no_forced = false;
+    run_grammar gc = { 0 };
+    sp_grammar *grammar = NULL;
     int n_predict = 128;
     const char *spec = "none";
     sp_spec_cli so;
@@ -115,6 +149,11 @@ int sp_cmd_run(int argc, char **argv) {
         { "--presence-penalty", SP_FLAG_FLOAT, &sp.presence_penalty, -100, 100 },
         { "--frequency-penalty", SP_FLAG_FLOAT, &sp.frequency_penalty, -100, 100 },
         { "--spec", SP_FLAG_STR, &spec, 0, 0 },
+        { "--grammar", SP_FLAG_STR, &gc.text, 0, 0 },
+        { "--grammar-file", SP_FLAG_STR, &gc.file, 0, 0 },
+        { "-j|--json-schema", SP_FLAG_STR, &gc.schema, 0, 0 },
+        { "--json-schema-file", SP_FLAG_STR, &gc.schema_file, 0, 0 },
+        { "--no-forced-spans", SP_FLAG_SET, &no_forced, 0, 0 },
     };
     sp_args a = { "run", argc, argv, 1 };
     for (; a.i < argc; a.i++) {
@@ -137,9 +176,14 @@ int sp_cmd_run(int argc, char **argv) {
     if (!prompt && !file) return sp_usage_error("run", "no prompt: use -p TEXT or -f FILE");
     if (prompt && file) return sp_usage_error("run", "use either -p or -f, not both");
     if (system && !chat) return sp_usage_error("run", "--system needs --chat");
+    if (!!gc.text + !!gc.file + !!gc.schema + !!gc.schema_file > 1)
+        return sp_usage_error("run", "use one of --grammar, --grammar-file, --json-schema, --json-schema-file");
+    const bool forced_only = strcmp(spec, "forced") == 0;
+    if (forced_only && !(gc.text || gc.file || gc.schema || gc.schema_file))
+        return sp_usage_error("run", "--spec forced needs a grammar or a JSON schema");
     {
         sp_err nerr;
-        if (strcmp(spec, "none") != 0 && sp_drafter_check_name(spec, &nerr))
+        if (strcmp(spec, "none") != 0 && !forced_only && sp_drafter_check_name(spec, &nerr))
             return sp_usage_error("run", "--spec: %s", nerr.msg);
     }
     sp_drafter *drafter = NULL;
@@ -151,12 +195,14 @@ int sp_cmd_run(int argc, char **argv) {
     sp_engine e;
     sp_tokens toks = { 0 };
     int rc = SP_EXIT_FAIL;
-    if (file && !(prompt = file_text = read_file(file, &err))) goto fail;
+    if (file && !(prompt = file_text = read_file(file, "prompt", &err))) goto fail;
+    if (grammar_constraint(&gc, &grammar, &err)) goto fail;
     if (sp_engine_open(&eo, &e, &err)) goto fail;
-    if (strcmp(spec, "none") != 0 && !(drafter = sp_engine_drafter(&e, spec, &so, &err))) {
+    if (strcmp(spec, "none") != 0 && !forced_only && !(drafter = sp_engine_drafter(&e, spec, &so, &err))) {
         fprintf(stderr, "specula run: --spec: %s\n", err.msg);
         sp_engine_close(&e);
         free(file_text);
+        sp_grammar_free(grammar);
         sp_stop_free(&r.stop);
         return rc;
     }
@@ -192,6 +238,8 @@ int sp_cmd_run(int argc, char **argv) {
     p.penalize_prompt = true;        /* as llama.cpp: penalties see the prompt too */
     p.drafter = drafter;
     p.draft_max = so.draft_max;
+    p.grammar = grammar;
+    p.forced_spans = (drafter || forced_only) && !no_forced;
     p.emit = on_token;
     p.ud = &r;
     sp_spec_stats st;
@@ -211,9 +259,9 @@ int sp_cmd_run(int argc, char **argv) {
                 "finish: %s | peak RSS %.0f MiB\n", (long long)st.n_prompt, pf > 0 ? st.n_prompt / pf : 0.0,
                 (long long)st.emitted, sp_stats_decode_tps(&st), sp_finish_name(fin),
                 (double)sp_peak_rss() / (1024.0 * 1024.0));
-        if (drafter) {
+        if (drafter || grammar) {
             char line[1024];
-            sp_stats_format(&st, drafter->name, line, sizeof line);
+            sp_stats_format(&st, drafter ? drafter->name : forced_only ? "forced" : "none", line, sizeof line);
             fprintf(stderr, "%s\n", line);
         }
     }
@@ -225,6 +273,7 @@ fail_engine:
 fail:
     if (rc) fprintf(stderr, "specula run: %s\n", err.msg);
     free(file_text);
+    sp_grammar_free(grammar);
     sp_stop_free(&r.stop);
     sp_drafter_free(drafter);
     return rc;

@@ -18,6 +18,7 @@ struct specula_model {
 typedef struct api_seq {
     specula_token_fn fn;
     void *ud;
+    sp_grammar *grammar;             /* owned: compiled from the params' text */
 } api_seq;
 
 struct specula_ctx {
@@ -214,7 +215,25 @@ specula_seq_params specula_seq_default_params(void) {
                       .frequency_penalty = s.frequency_penalty, .repeat_last_n = s.repeat_last_n,
                       .seed = s.seed },
         .draft_max = SPECULA_DRAFT_ADAPTIVE,
+        .forced_spans = -1,
     };
+}
+
+long specula_json_schema_to_grammar(const char *schema, size_t len, char *buf, size_t cap, specula_error *err) {
+    sp_err e;
+    char *g = sp_schema_to_gbnf(schema, len, &e);
+    if (!g) {
+        set_err(err, &e);
+        return -1;
+    }
+    const size_t n = strlen(g);
+    if (cap) {
+        const size_t w = n < cap - 1 ? n : cap - 1;
+        memcpy(buf, g, w);
+        buf[w] = 0;
+    }
+    free(g);
+    return (long)n;
 }
 
 const char *specula_finish_name(specula_finish f) { return sp_finish_name((sp_finish)f); }
@@ -260,11 +279,20 @@ int specula_seq_add(specula_ctx *c, const specula_seq_params *p, specula_error *
     q.penalize_prompt = p->penalize_prompt;
     q.drafter = p->drafter ? p->drafter->d : NULL;
     q.draft_max = p->draft_max;
+    sp_grammar *g = NULL;
+    if (p->grammar && !(g = sp_grammar_parse(p->grammar, strlen(p->grammar), &e))) {
+        set_err(err, &e);
+        return -1;
+    }
+    q.grammar = g;
+    q.grammar_trigger = p->grammar_trigger;
+    q.forced_spans = p->forced_spans < 0 ? p->drafter != NULL : p->forced_spans != 0;
     q.emit = on_emit;
     q.ud = &c->seqs[free_id];
-    c->seqs[free_id] = (api_seq){ p->on_token, p->user_data };
+    c->seqs[free_id] = (api_seq){ p->on_token, p->user_data, g };
     const int id = sp_ctx_add(c->ctx, &q, &e);
     if (id < 0) {
+        sp_grammar_free(g);
         c->seqs[free_id] = (api_seq){ 0 };
         set_err(err, &e);
         return -1;
@@ -278,6 +306,7 @@ void specula_seq_cancel(specula_ctx *c, int id) { sp_ctx_cancel(c->ctx, id); }
 
 void specula_seq_remove(specula_ctx *c, int id) {
     sp_ctx_remove(c->ctx, id);
+    sp_grammar_free(c->seqs[id].grammar);
     c->seqs[id] = (api_seq){ 0 };
 }
 
@@ -289,6 +318,7 @@ void specula_seq_stats(const specula_ctx *c, int id, specula_stats *out) {
     const sp_spec_stats *s = sp_ctx_seq_stats(c->ctx, id);
     *out = (specula_stats){ .n_prompt = s->n_prompt, .n_generated = s->emitted, .rounds = s->rounds,
                             .drafted = s->drafted, .accepted = s->accepted,
+                            .forced_drafted = s->forced_drafted, .forced_accepted = s->forced_accepted,
                             .prefill_seconds = sp_ns_to_s(s->prefill_ns),
                             .decode_seconds = sp_ns_to_s(s->total_ns) };
 }

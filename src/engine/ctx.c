@@ -13,6 +13,7 @@ typedef struct slot {
     sp_seq *seq;                     /* owned while used */
     sp_sampler *smp;                 /* owned while used */
     sp_draft *draft;                 /* owned while used, NULL = plain */
+    sp_gmatch *gm;                   /* owned while used, NULL = unconstrained */
     uint64_t admitted;               /* admission order, for prefill fairness */
     char err[sizeof(sp_err)];        /* why it ended with SP_FINISH_ERROR */
 } slot;
@@ -28,6 +29,7 @@ struct sp_ctx {
     uint64_t n_admitted;
     const sp_cost_curve *cost;       /* the given curve, or &measured once known */
     sp_cost_curve measured;
+    sp_gvocab *gv;                   /* the vocabulary's trie, built for the first grammar */
     /* step scratch */
     sp_fwd_seq *fwds;                /* (n_slots) */
     int *fwd_slot;                   /* (n_slots) the slot of fwds[i] */
@@ -88,6 +90,7 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->fwds);
     free(c->fwd_slot);
     free(c->order);
+    sp_gvocab_free(c->gv);
     sp_workspace_free(c->ws);
     if (c->own_pool) sp_pool_free(c->pool);
     free(c);
@@ -130,6 +133,8 @@ static void slot_release(slot *s) {
     sp_seq_free(s->seq);
     sp_draft_close(s->draft);
     sp_sampler_free(s->smp);
+    sp_gmatch_free(s->gm);
+    s->gm = NULL;
     s->seq = NULL;
     s->draft = NULL;
     s->smp = NULL;
@@ -158,10 +163,21 @@ int sp_ctx_add(sp_ctx *c, const sp_seq_params *p, sp_err *err) {
             return -1;
         }
     }
+    if (p->grammar) {
+        if (!c->gv && !(c->gv = sp_gvocab_create(c->tok, err))) {
+            slot_release(s);
+            return -1;
+        }
+        if (!(s->gm = sp_gmatch_create(p->grammar, c->gv, p->grammar_trigger, err))) {
+            slot_release(s);
+            return -1;
+        }
+    }
     sp_kv_trim(s->kv, 0);
     const sp_gen_config cfg = { .max_tokens = p->max_tokens, .draft_max = drafts ? p->draft_max : 0,
-                                .cost = cost };
+                                .cost = cost, .forced_spans = p->forced_spans && p->draft_max != 0 };
     s->seq = sp_seq_create(c->m, s->kv, s->smp, s->draft, &cfg, p->emit, p->ud);
+    sp_seq_set_grammar(s->seq, s->gm);
     s->used = true;
     if (sp_seq_start(s->seq, p->prompt, p->n_prompt, err)) {
         slot_release(s);

@@ -85,6 +85,9 @@ typedef struct sp_seq_params {
     const sp_grammar *grammar;       /* NULL = unconstrained; borrowed, outlives the sequence */
     const char *grammar_trigger;     /* NULL = the grammar applies from the first token; else it
                                         applies after this text appears in the output (lazy) */
+    bool forced_spans;               /* under a grammar, verify the tokens it forces as drafts
+                                        (with or without a drafter; not when draft_max == 0);
+                                        default false: plain constrained decoding */
     sp_emit_fn emit;                 /* every generated token, inside sp_ctx_step (required) */
     void *ud;
 } sp_seq_params;

@@ -28,6 +28,9 @@ typedef struct cb_draft {
     int n_back[CB_MAX], cap_back[CB_MAX];
     int winner;                  /* whose proposal is out, -1 = none */
     sp_proposal prop;
+    bool ahead;                  /* the last call was propose_ahead: the commit counts over chain */
+    int32_t chain[SP_MAX_DRAFT]; /* ahead + the winner's proposal */
+    int n_chain;
 } cb_draft;
 
 static void back_push(cb_draft *g, int i, const int32_t *t, int n) {
@@ -68,6 +71,7 @@ static int cb_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
     cb_draft *g = s->impl;
     for (int i = 0; i < g->n; i++) back_push(g, i, feed, n_feed);
     g->winner = -1;
+    g->ahead = false;
     *out = (sp_proposal){ 0 };
     if (max_n <= 0) return 0;    /* nobody is asked: everyone keeps the backlog */
     uint64_t absorb = 0;
@@ -90,10 +94,58 @@ static int cb_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
     return 0;
 }
 
+/* The first sub-draft that can continue past `ahead` and does wins;
+ * those that cannot keep their backlog (and learn ahead with it). */
+static int cb_propose_ahead(sp_draft *s, const int32_t *feed, int n_feed, const int32_t *ahead, int n_ahead,
+                            int max_n, sp_proposal *out, sp_err *err) {
+    cb_draft *g = s->impl;
+    for (int i = 0; i < g->n; i++) back_push(g, i, feed, n_feed);
+    g->winner = -1;
+    g->ahead = true;
+    memcpy(g->chain, ahead, (size_t)n_ahead * sizeof(int32_t));
+    g->n_chain = n_ahead;
+    *out = (sp_proposal){ 0 };
+    for (int i = 0; i < g->n && max_n > 0; i++) {
+        sp_draft *sub = g->sub[i];
+        if (!sub->drafter->ops->propose_ahead) continue;
+        sp_proposal p;
+        if (sp_draft_propose_ahead(sub, g->backlog[i], g->n_back[i], ahead, n_ahead, max_n, &p, err)) return -1;
+        g->n_back[i] = 0;
+        if (p.n > 0) {
+            g->winner = i;
+            memcpy(g->chain + n_ahead, p.tokens, (size_t)p.n * sizeof(int32_t));
+            g->n_chain += p.n;
+            *out = p;
+            return 0;
+        }
+    }
+    return 0;
+}
+
 static bool wants_taps(const sp_draft *sub) { return sub->drafter->needs & SP_CAP_HIDDEN_TAPS; }
+
+/* After propose_ahead: the winner commits over the whole chain; every other
+ * sub-draft (asked or not) learns the accepted part of it with its next feed. */
+static void cb_commit_ahead(cb_draft *g, int n_drafted, int n_accepted, const sp_taps *v) {
+    g->ahead = false;
+    for (int i = 0; i < g->n; i++) {
+        sp_draft *sub = g->sub[i];
+        if (i == g->winner) {
+            sub->drafter->ops->commit(sub, n_drafted, n_accepted, NULL, wants_taps(sub) ? v : NULL);
+            continue;
+        }
+        if (v && wants_taps(sub)) sub->drafter->ops->commit(sub, 0, 0, NULL, v);
+        back_push(g, i, g->chain, n_accepted < g->n_chain ? n_accepted : g->n_chain);
+    }
+    g->winner = -1;
+}
 
 static void cb_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path, const sp_taps *v) {
     cb_draft *g = s->impl;
+    if (g->ahead) {
+        cb_commit_ahead(g, n_drafted, n_accepted, v);
+        return;
+    }
     /* a sub-draft that reads taps gets every verified row, whoever proposed */
     for (int i = 0; v && i < g->n; i++)
         if (i != g->winner && wants_taps(g->sub[i])) g->sub[i]->drafter->ops->commit(g->sub[i], 0, 0, NULL, v);
@@ -137,7 +189,8 @@ static void cb_free(sp_drafter *d) {
 }
 
 static const sp_drafter_ops cb_ops = {
-    .open = cb_open, .prefill = cb_prefill, .propose = cb_propose, .commit = cb_commit,
+    .open = cb_open, .prefill = cb_prefill, .propose = cb_propose, .propose_ahead = cb_propose_ahead,
+    .commit = cb_commit,
     .checkpoint = cb_checkpoint, .restore = cb_restore, .close = cb_close, .free = cb_free,
 };
 

@@ -2,6 +2,8 @@
  * namespaces, and creation by name. */
 #include "speculative/speculative.h"
 
+#include <assert.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +72,19 @@ int sp_draft_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp
             return sp_err_set(err, "drafter '%s' proposed a malformed tree", name);
     if (out->parent && out->q)
         return sp_err_set(err, "drafter '%s': trees with draft distributions are not supported", name);
+    if (!out->by) out->by = name;
+    return 0;
+}
+
+int sp_draft_propose_ahead(sp_draft *s, const int32_t *feed, int n_feed, const int32_t *ahead, int n_ahead,
+                           int max_n, sp_proposal *out, sp_err *err) {
+    const char *name = s->drafter->name;
+    assert(s->drafter->ops->propose_ahead && n_ahead > 0 && n_ahead + max_n <= SP_MAX_DRAFT);
+    *out = (sp_proposal){ 0 };
+    if (s->drafter->ops->propose_ahead(s, feed, n_feed, ahead, n_ahead, max_n, out, err)) return -1;
+    if (out->n < 0 || out->n > max_n)
+        return sp_err_set(err, "drafter '%s' proposed %d tokens, at most %d allowed", name, out->n, max_n);
+    if (out->parent) return sp_err_set(err, "drafter '%s' proposed a tree after a forced span", name);
     if (!out->by) out->by = name;
     return 0;
 }

@@ -150,8 +150,8 @@ static void tree_add(ngram_draft *g, const int32_t *cont, int len, int budget) {
     }
 }
 
-static int ngram_lookup(ngram_draft *g, int max_n) {
-    index_upto(g);
+/* The proposal for the history's tail, from the k-grams indexed so far. */
+static int lookup_indexed(ngram_draft *g, int max_n) {
     const int L = g->n, nk = g->max - g->min + 1;
     g->n_out = 0;
     for (int k = g->max < L - 1 ? g->max : L - 1; k >= g->min; k--) {
@@ -176,6 +176,11 @@ static int ngram_lookup(ngram_draft *g, int max_n) {
         return g->n_out;
     }
     return 0;
+}
+
+static int ngram_lookup(ngram_draft *g, int max_n) {
+    index_upto(g);
+    return lookup_indexed(g, max_n);
 }
 
 /* ---- seam operations ---- */
@@ -208,6 +213,28 @@ static int ngram_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n
     hist_push(g, feed, n_feed);
     g->n_out = max_n > 0 ? ngram_lookup(g, max_n < SP_MAX_DRAFT ? max_n : SP_MAX_DRAFT) : 0;
     *out = (sp_proposal){ .n = g->n_out, .tokens = g->out, .parent = g->width > 1 ? g->parent : NULL };
+    return 0;
+}
+
+/* The history's k-grams are indexed, then `ahead` is appended for the
+ * lookup only (never indexed) and taken off again; out holds ahead + the
+ * proposal, so commit pushes the accepted part of both. */
+static int ngram_propose_ahead(sp_draft *s, const int32_t *feed, int n_feed, const int32_t *ahead, int n_ahead,
+                               int max_n, sp_proposal *out, sp_err *err) {
+    (void)err;
+    ngram_draft *g = s->impl;
+    hist_push(g, feed, n_feed);
+    index_upto(g);
+    hist_push(g, ahead, n_ahead);
+    const int width = g->width;
+    g->width = 1;                                /* chains only after a forced span */
+    const int n = max_n > 0 ? lookup_indexed(g, max_n) : 0;
+    g->width = width;
+    g->n -= n_ahead;
+    memmove(g->out + n_ahead, g->out, (size_t)n * sizeof(int32_t));
+    memcpy(g->out, ahead, (size_t)n_ahead * sizeof(int32_t));
+    g->n_out = n_ahead + n;
+    *out = (sp_proposal){ .n = n, .tokens = g->out + n_ahead };
     return 0;
 }
 
@@ -261,6 +288,7 @@ static void ngram_free(sp_drafter *d) {
 
 static const sp_drafter_ops ngram_ops = {
     .open = ngram_open, .prefill = ngram_prefill, .propose = ngram_propose,
+    .propose_ahead = ngram_propose_ahead,
     .commit = ngram_commit, .checkpoint = ngram_checkpoint, .restore = ngram_restore,
     .close = ngram_close, .free = ngram_free,
 };

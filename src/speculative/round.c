@@ -48,6 +48,18 @@ struct sp_seq {
     int32_t shadow[SP_SHADOW_MAX];
     int n_shadow, shadow_pos;    /* n_shadow = 0: no shadow proposal pending */
     int idle_rounds;             /* rounds since the last one that asked for drafts */
+    /* grammar */
+    sp_gmatch *gm;               /* borrowed; NULL = unconstrained */
+    float *mrow;                 /* (n_vocab) a logit row under the grammar's mask */
+    int32_t *backlog;            /* emitted tokens the draft has not been fed (after forced rounds) */
+    int n_back, cap_back;
+    int32_t forced[SP_MAX_DRAFT];  /* a forced span, then the draft's chained proposal */
+    bool forced_round;           /* the round verifies a grammar-forced span... */
+    bool ahead;                  /* ...and the draft was asked to continue it (propose_ahead) */
+    int n_chain;                 /* tokens the draft chained after the span */
+    const char *chain_by;
+    int32_t gtok[SP_MAX_DRAFT];  /* a proposal filtered by the grammar */
+    int32_t gpar[SP_MAX_DRAFT];
     sp_finish finish;
     sp_spec_stats st;
     uint64_t t_start, t_prefill0;
@@ -88,8 +100,16 @@ sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *d
     return q;
 }
 
+void sp_seq_set_grammar(sp_seq *q, sp_gmatch *gm) {
+    assert(q->state != SEQ_DECODE);
+    q->gm = gm;
+    if (gm && !q->mrow) q->mrow = sp_alloc_aligned((size_t)q->m->hp.n_vocab * sizeof(float));
+}
+
 void sp_seq_free(sp_seq *q) {
     if (!q) return;
+    sp_free_aligned(q->mrow);
+    free(q->backlog);
     sp_free_aligned(q->logits);
     free(q->ptaps);
     free(q->wtaps);
@@ -162,6 +182,169 @@ int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
 }
 
 /* ----------------------------------------------------------------------------
+ * The grammar: masked sampling, drafts checked before verification, forced
+ * spans proposed as drafts
+ * ------------------------------------------------------------------------- */
+
+static void backlog_push(sp_seq *q, const int32_t *t, int n) {
+    SP_VEC_GROW(q->backlog, q->cap_back, q->n_back + n);
+    memcpy(q->backlog + q->n_back, t, (size_t)n * sizeof(int32_t));
+    q->n_back += n;
+}
+
+/* The grammar constrains the next token (a lazy one has been triggered). */
+static bool constrained(const sp_seq *q) { return q->gm && sp_gmatch_active(q->gm); }
+
+static int dead_end(const sp_seq *q, sp_err *err) {
+    return sp_err_set(err, "grammar: no token can continue the output after %lld generated tokens (dead end)",
+                      (long long)q->st.emitted);
+}
+
+/* The row with every token the grammar forbids at -inf (a copy: the
+ * target's row stays as it was, for logprobs); NULL when none is allowed. */
+static const float *masked_row(sp_seq *q, const float *row) {
+    const uint64_t t0 = sp_now_ns();
+    sp_gmatch_stats a, b;
+    sp_gmatch_get_stats(q->gm, &a);
+    memcpy(q->mrow, row, (size_t)q->m->hp.n_vocab * sizeof(float));
+    const int n = sp_gmatch_apply(q->gm, q->mrow);
+    sp_gmatch_get_stats(q->gm, &b);
+    q->st.mask_misses += b.mask_misses - a.mask_misses;
+    q->st.mask_ns += sp_now_ns() - t0;
+    return n > 0 ? q->mrow : NULL;
+}
+
+/* The token for `row` at sequence position pos, as the sampler draws it
+ * under the grammar's mask. */
+static int sample_at(sp_seq *q, const float *row, uint64_t pos, int32_t *tok, sp_err *err) {
+    if (!constrained(q)) {
+        *tok = sp_sampler_sample(q->smp, row, pos);
+        return 0;
+    }
+    q->st.masks++;
+    if (sp_sampler_is_greedy(q->smp)) {
+        /* The mask only removes candidates, so when the unmasked choice is
+         * allowed it is also the masked one: one token's bytes walked
+         * instead of a mask over the vocabulary. */
+        const int32_t t = sp_sampler_sample(q->smp, row, pos);
+        const uint64_t t0 = sp_now_ns();
+        const bool ok = sp_gmatch_allows(q->gm, t);
+        q->st.mask_ns += sp_now_ns() - t0;
+        if (ok) {
+            *tok = t;
+            return 0;
+        }
+    }
+    const float *m = masked_row(q, row);
+    if (!m) return dead_end(q, err);
+    *tok = sp_sampler_sample(q->smp, m, pos);
+    return 0;
+}
+
+/* The matcher takes an emitted token (a lazy one watches for its trigger). */
+static int grammar_accept(sp_seq *q, int32_t tok, sp_err *err) {
+    if (!q->gm) return 0;
+    const uint64_t t0 = sp_now_ns();
+    /* a token the sampler drew under the mask is allowed; one it could not
+     * avoid (every allowed token banned by a logit bias) is a dead end */
+    const int rc = sp_gmatch_accept(q->gm, tok, NULL) ? dead_end(q, err) : 0;
+    q->st.mask_ns += sp_now_ns() - t0;
+    return rc;
+}
+
+static int draft_budget(const sp_seq *q, int pass_rows, double pass_tokens);
+
+/* The draft's proposal after a forced span of n tokens, for a draft that
+ * can continue a context it has not absorbed; appended to q->forced.  The
+ * draft is fed everything emitted so far. */
+static int chain_after(sp_seq *q, int n, int cap, int pass_rows, double pass_tokens, sp_err *err) {
+    int budget = draft_budget(q, pass_rows + n + 1, pass_tokens + n + 1);
+    if (budget > cap - n) budget = cap - n;
+    if (budget <= 0) return 0;
+    backlog_push(q, &q->pending, 1);
+    const uint64_t t0 = sp_now_ns();
+    sp_proposal d;
+    const int rc = sp_draft_propose_ahead(q->draft, q->backlog, q->n_back, q->forced, n, budget, &d, err);
+    q->n_back = 0;
+    q->ahead = true;
+    const uint64_t dt = sp_now_ns() - t0;
+    q->st.draft_ns += dt;
+    if (rc) return -1;
+    sp_adapt_draft_cost(&q->adapt, budget, sp_ns_to_s(dt > d.absorb_ns ? dt - d.absorb_ns : 0));
+    memcpy(q->forced + n, d.tokens, (size_t)d.n * sizeof(int32_t));
+    q->n_chain = d.n;
+    q->chain_by = d.by;
+    return 0;
+}
+
+/* The tokens the grammar forces after the pending token, proposed as
+ * drafts without asking the draft; a draft that can continue past them
+ * (propose_ahead) chains its proposal after them, any other is fed them
+ * after the round.  Returns the proposal's length (0: the grammar
+ * branches here), or -1 + err. */
+static int forced_span(sp_seq *q, int pass_rows, double pass_tokens, sp_err *err) {
+    q->forced_round = q->ahead = false;
+    q->n_chain = 0;
+    if (!q->cfg.forced_spans || !constrained(q) || sp_gmatch_ended(q->gm)) return 0;
+    int cap = SP_MAX_DRAFT;
+    const int left = q->cfg.max_tokens - (int)q->st.emitted - 1;
+    const int room = q->kv->n_ctx - q->kv->n - 1;
+    if (cap > left) cap = left;
+    if (cap > room) cap = room;
+    if (cap <= 0) return 0;
+    const uint64_t t0 = sp_now_ns();
+    const int n = sp_gmatch_forced(q->gm, q->forced, cap);
+    q->st.mask_ns += sp_now_ns() - t0;
+    if (n <= 0) return 0;
+    q->forced_round = true;
+    if (q->draft && q->draft->drafter->ops->propose_ahead) {
+        if (chain_after(q, n, cap, pass_rows, pass_tokens, err)) return -1;
+        /* the chained tokens are the draft's guesses: check them too */
+        if (q->n_chain) {
+            const uint64_t t1 = sp_now_ns();
+            const int ok = sp_gmatch_check(q->gm, q->forced, n + q->n_chain);
+            q->n_chain = ok > n ? ok - n : 0;
+            q->st.mask_ns += sp_now_ns() - t1;
+        }
+    }
+    if (q->draft && !q->ahead) backlog_push(q, &q->pending, 1);
+    q->prop = (sp_proposal){ .n = n + q->n_chain, .tokens = q->forced, .by = "grammar" };
+    return n + q->n_chain;
+}
+
+/* Cuts a draft's proposal where the grammar forbids a token: a chain at
+ * its first forbidden token, a tree by dropping every node whose path
+ * from the pending token the grammar forbids (with its subtree). */
+static void grammar_filter(sp_seq *q, sp_proposal *prop) {
+    if (!constrained(q) || prop->n == 0) return;
+    const uint64_t t0 = sp_now_ns();
+    if (!prop->parent) {
+        prop->n = sp_gmatch_check(q->gm, prop->tokens, prop->n);
+    } else {
+        int32_t map[SP_MAX_DRAFT], path[SP_MAX_DRAFT];
+        int kept = 0;
+        for (int j = 0; j < prop->n; j++) {
+            const int par = prop->parent[j];
+            map[j] = -1;
+            if (par >= 0 && map[par] < 0) continue;      /* its parent was dropped */
+            int d = 0;
+            for (int x = j; x >= 0; x = prop->parent[x]) path[d++] = prop->tokens[x];
+            for (int a = 0, b = d - 1; a < b; a++, b--) {
+                const int32_t t = path[a]; path[a] = path[b]; path[b] = t;
+            }
+            if (sp_gmatch_check(q->gm, path, d) < d) continue;
+            q->gtok[kept] = prop->tokens[j];
+            q->gpar[kept] = par < 0 ? -1 : map[par];
+            map[j] = kept++;
+        }
+        prop->n = kept;
+        prop->tokens = q->gtok;
+        prop->parent = q->gpar;
+    }
+    q->st.mask_ns += sp_now_ns() - t0;
+}
+
+/* ----------------------------------------------------------------------------
  * Planning: the rows of the next pass
  * ------------------------------------------------------------------------- */
 
@@ -199,7 +382,17 @@ static int propose(sp_seq *q, int budget, sp_proposal *prop, sp_err *err) {
                         q->draft->drafter->cheap && q->n_shadow == 0;
     int ask = shadow ? SP_SHADOW_MAX : budget;
     uint64_t t0 = sp_now_ns();
-    if (sp_draft_propose(q->draft, &q->pending, 1, ask, prop, err)) return -1;
+    /* the feed: tokens emitted since the draft was last asked (more than the
+     * pending token after rounds that verified a grammar-forced span) */
+    const int32_t *feed = &q->pending;
+    int n_feed = 1;
+    if (q->n_back) {
+        backlog_push(q, &q->pending, 1);
+        feed = q->backlog;
+        n_feed = q->n_back;
+        q->n_back = 0;
+    }
+    if (sp_draft_propose(q->draft, feed, n_feed, ask, prop, err)) return -1;
     if (shadow) {
         /* a shadow follows one chain: the first root-to-leaf run */
         int m = 0;
@@ -238,12 +431,20 @@ int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_f
         return 0;
     }
     if (q->kv->n >= q->kv->n_ctx) { set_done(q, SP_FINISH_CONTEXT); return 0; }
-    const int budget = draft_budget(q, pass_rows, pass_tokens);
-    q->idle_rounds = budget > 0 ? 0 : q->idle_rounds + 1;
-    const int n = propose(q, budget, &q->prop, err);
+    int n = forced_span(q, pass_rows, pass_tokens, err);
     if (n < 0) return -1;
+    if (n > 0) {
+        const int nf = n - q->n_chain;                   /* forced tokens are all but certain */
+        q->planned_tokens = nf + sp_adapt_expected(&q->adapt, q->n_chain);
+    } else {
+        const int budget = draft_budget(q, pass_rows, pass_tokens);
+        q->idle_rounds = budget > 0 ? 0 : q->idle_rounds + 1;
+        if (propose(q, budget, &q->prop, err) < 0) return -1;
+        grammar_filter(q, &q->prop);
+        n = q->prop.n;
+        q->planned_tokens = sp_adapt_expected(&q->adapt, n);
+    }
     q->n_draft = n;
-    q->planned_tokens = sp_adapt_expected(&q->adapt, n);
     q->base = q->kv->n;          /* slot and position of the pending token */
     q->window[0] = q->pending;
     if (n > 0) memcpy(q->window + 1, q->prop.tokens, (size_t)n * sizeof(int32_t));
@@ -280,7 +481,8 @@ static int finish_prefill(sp_seq *q, sp_err *err) {
     q->st.prefill_ns = q->t_start - q->t_prefill0;
     if (q->cfg.max_tokens <= 0) { set_done(q, SP_FINISH_LENGTH); return 0; }
     q->state = SEQ_DECODE;
-    const int32_t tok = sp_sampler_sample(q->smp, q->logits, (uint64_t)q->kv->n);
+    int32_t tok;
+    if (sample_at(q, q->logits, (uint64_t)q->kv->n, &tok, err) || grammar_accept(q, tok, err)) return -1;
     sp_sampler_accept(q->smp, tok);
     q->pending = tok;
     if (emit_token(q, tok, false, q->logits)) set_done(q, q->finish);
@@ -318,7 +520,6 @@ static bool has_child(const sp_seq *q, int node) {
 }
 
 static int finish_round(sp_seq *q, sp_err *err) {
-    (void)err;
     const int V = q->m->hp.n_vocab, n = q->n_draft, P = q->base;
     const uint64_t seed = sp_sampler_params_of(q->smp)->seed;
     /* the pass appended the window [pending, drafts...] after the cache */
@@ -333,7 +534,7 @@ static int finish_round(sp_seq *q, sp_err *err) {
     int n_keep = 1, k = 0, node = 0;
     keep[0] = 0;
     int32_t tok = -1;
-    bool last_matched = false;
+    bool last_matched = false, dead = false;
     for (;;) {
         const float *row = q->logits + (size_t)node * V;
         const uint64_t pos = (uint64_t)(P + k + 1);
@@ -341,14 +542,20 @@ static int finish_round(sp_seq *q, sp_err *err) {
         if (q->prop.q && node < n) {   /* chains only: node == k */
             int nc;
             bool acc;
-            const sp_cand *c = sp_sampler_dist(q->smp, row, &nc);
+            const float *srow = row;
+            if (constrained(q)) {
+                q->st.masks++;
+                if (!(srow = masked_row(q, row))) { dead = true; break; }
+            }
+            const sp_cand *c = sp_sampler_dist(q->smp, srow, &nc);
             tok = sp_verify_specsample(c, nc, q->prop.q + (size_t)node * V, V, q->window[node + 1],
                                        sp_rng_uniform(seed, pos, 1), sp_rng_uniform(seed, pos, 2), &acc);
             child = acc ? node + 1 : -1;
         } else {
-            tok = sp_sampler_sample(q->smp, row, pos);
+            if (sample_at(q, row, pos, &tok, err)) { dead = true; break; }
             child = has_child(q, node) ? child_with(q, node, tok) : -1;
         }
+        if (grammar_accept(q, tok, err)) { dead = true; break; }
         sp_sampler_accept(q->smp, tok);
         last_matched = child >= 0;
         if (last_matched) {
@@ -357,6 +564,12 @@ static int finish_round(sp_seq *q, sp_err *err) {
             node = child;
         }
         if (emit_token(q, tok, last_matched, row) || !last_matched) break;
+    }
+    if (dead) {
+        /* the grammar allows nothing here: end as if stopped after the last
+         * emitted token (the sequence fails below, after the bookkeeping) */
+        last_matched = k > 0;
+        tok = k > 0 ? q->window[keep[k]] : q->pending;
     }
     /* The cache keeps every emitted token except the last, which becomes the
      * pending token (as in plain decoding): the old pending token and the
@@ -367,15 +580,44 @@ static int finish_round(sp_seq *q, sp_err *err) {
     q->pending = tok;
     q->st.sample_ns += sp_now_ns() - t1;
 
+    const int nf = q->forced_round ? n - q->n_chain : 0;   /* the forced part of the proposal */
+    if (q->forced_round) {
+        const int kf = k < nf ? k : nf;
+        sp_stats_method(&q->st, "grammar", nf, kf);
+        q->st.forced_drafted += nf;
+        q->st.forced_accepted += kf;
+        if (q->n_chain) sp_stats_method(&q->st, q->chain_by, q->n_chain, k - kf);
+    } else if (n > 0) {
+        sp_stats_method(&q->st, q->prop.by, n, k);
+    }
     if (q->draft && (n > 0 || q->n_taps)) {
-        if (n > 0) sp_stats_method(&q->st, q->prop.by, n, k);
         const sp_taps *verified = q->n_taps ? kept_taps(q, keep, n_cached) : NULL;
         uint64_t t2 = sp_now_ns();
-        q->draft->drafter->ops->commit(q->draft, n, k, q->prop.parent ? path : NULL, verified);
+        if (q->ahead)            /* it counts over the span and its own chain */
+            q->draft->drafter->ops->commit(q->draft, n, k, NULL, verified);
+        else if (q->forced_round) {
+            /* not asked: a draft that reads taps still gets every verified
+             * row, and every draft learns the accepted span with its next feed */
+            if (q->n_taps) q->draft->drafter->ops->commit(q->draft, 0, 0, NULL, verified);
+            backlog_push(q, q->forced, k);
+        } else
+            q->draft->drafter->ops->commit(q->draft, n, k, q->prop.parent ? path : NULL, verified);
         q->st.draft_ns += sp_now_ns() - t2;
     }
     q->st.rounds++;
-    if (n > 0) {
+    if (q->forced_round) {
+        q->st.spec_rounds++;
+        q->st.drafted += n;
+        q->st.accepted += k;
+        /* the chained proposal, judged where the span was all accepted */
+        if (q->n_chain && k >= nf) {
+            for (int d = 0; d < q->n_chain && d < SP_STAT_POSITIONS; d++) {
+                q->st.pos_drafted[d]++;
+                if (d < k - nf) q->st.pos_accepted[d]++;
+            }
+            sp_adapt_observe(&q->adapt, q->n_chain, k - nf);
+        }
+    } else if (n > 0) {
         /* per depth: was there a draft token at depth d, and was one accepted */
         int max_depth = 0, depth[SP_MAX_DRAFT + 1];
         depth[0] = 0;
@@ -392,6 +634,7 @@ static int finish_round(sp_seq *q, sp_err *err) {
         }
         sp_adapt_observe(&q->adapt, q->prop.parent ? max_depth : n, k);
     }
+    if (dead) return -1;                 /* err says why; the engine ends the sequence */
     if (q->finish) set_done(q, q->finish);
     q->st.total_ns = sp_now_ns() - q->t_start;
     return 0;

@@ -26,6 +26,7 @@
 
 #include "base/base.h"
 #include "model/model.h"
+#include "grammar/grammar.h"
 #include "sample/sample.h"
 #include "tokenizer/tokenizer.h"   /* cross-tokenizer drafting re-tokenizes text */
 
@@ -114,6 +115,15 @@ typedef struct sp_drafter_ops {
      * n_drafted = 0 when the round had no proposal, so no row is missed. */
     void (*commit)(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path,
                    const sp_taps *verified);
+    /* Optional (NULL: the drafter cannot).  As propose, but the proposal
+     * continues the feed followed by `ahead`: tokens about to be verified
+     * before the proposal (a grammar-forced span) that the draft must not
+     * absorb yet.  The next commit counts over ahead + proposal as one
+     * chain (n_drafted = n_ahead + out->n, n_accepted along it), so the
+     * accepted ahead tokens enter the draft's state there.  Chains only;
+     * n_ahead + max_n <= SP_MAX_DRAFT. */
+    int (*propose_ahead)(sp_draft *s, const int32_t *feed, int n_feed, const int32_t *ahead, int n_ahead,
+                         int max_n, sp_proposal *out, sp_err *err);
     /* Serialises the draft's state (after its namespace header) into a new
      * malloc'd buffer; restore accepts only a matching namespace. */
     int (*checkpoint)(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err);
@@ -147,6 +157,10 @@ sp_draft *sp_draft_open(sp_drafter *d, const sp_target *t, sp_err *err);
  * in out->by. */
 int sp_draft_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
                      sp_err *err);
+/* ops->propose_ahead (which must exist), with the same checks; a tree is
+ * refused. */
+int sp_draft_propose_ahead(sp_draft *s, const int32_t *feed, int n_feed, const int32_t *ahead, int n_ahead,
+                           int max_n, sp_proposal *out, sp_err *err);
 void sp_draft_close(sp_draft *s);
 void sp_drafter_free(sp_drafter *d);
 int sp_draft_checkpoint(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err);
@@ -313,7 +327,7 @@ typedef struct sp_method_stats {
     char name[16];
     int64_t rounds, drafted, accepted;
 } sp_method_stats;
-#define SP_STAT_METHODS 4
+#define SP_STAT_METHODS 5            /* a combination of 4 + "grammar" (forced spans) */
 
 typedef struct sp_spec_stats {
     int64_t requests;                /* generations summed into these stats */
@@ -328,6 +342,11 @@ typedef struct sp_spec_stats {
     int64_t emitted;                 /* generated tokens */
     int64_t n_prompt;
     uint64_t prefill_ns, draft_ns, verify_ns, sample_ns, total_ns;
+    /* under a grammar */
+    int64_t forced_drafted, forced_accepted;  /* grammar-forced draft tokens (also under "grammar"
+                                                 in by_method) */
+    int64_t masks, mask_misses;      /* rows that needed the grammar's mask; of those, computed */
+    uint64_t mask_ns;                /* time in the grammar: masks, checks, forced spans */
 } sp_spec_stats;
 
 void sp_stats_add(sp_spec_stats *into, const sp_spec_stats *s);
@@ -432,6 +451,7 @@ typedef struct sp_gen_config {
     int max_tokens;
     int draft_max;                   /* > 0 fixed, SP_DRAFT_ADAPTIVE, 0 = never draft */
     const sp_cost_curve *cost;       /* required for SP_DRAFT_ADAPTIVE */
+    bool forced_spans;               /* under a grammar: propose the tokens it forces as drafts */
 } sp_gen_config;
 
 /* One generation in progress.  Owns its logits buffer; borrows the model,
@@ -440,6 +460,14 @@ typedef struct sp_seq sp_seq;
 
 sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *draft,
                       const sp_gen_config *cfg, sp_emit_fn emit, void *ud);
+/* Constrains the sequence's output to a grammar (gm borrowed, at the start
+ * of its grammar; call before sp_seq_start).  Every row is sampled under
+ * the grammar's mask, the matcher advances over each emitted token, drafts
+ * the grammar forbids end their proposal before verification, and with
+ * cfg.forced_spans the tokens the grammar forces are proposed as drafts.
+ * A position where the grammar allows no token ends the sequence with an
+ * error (sp_seq_apply fails with a message naming the grammar). */
+void sp_seq_set_grammar(sp_seq *q, sp_gmatch *gm);
 void sp_seq_free(sp_seq *q);
 /* Starts a generation after what the cache holds: the prompt (copied) is
  * prefilled by the next plans.  Fails on an empty prompt or one that does

@@ -49,6 +49,11 @@ void sp_stats_add(sp_spec_stats *a, const sp_spec_stats *s) {
     a->verify_ns += s->verify_ns;
     a->sample_ns += s->sample_ns;
     a->total_ns += s->total_ns;
+    a->forced_drafted += s->forced_drafted;
+    a->forced_accepted += s->forced_accepted;
+    a->masks += s->masks;
+    a->mask_misses += s->mask_misses;
+    a->mask_ns += s->mask_ns;
 }
 
 double sp_stats_accept_rate(const sp_spec_stats *s) {
@@ -85,4 +90,8 @@ void sp_stats_format(const sp_spec_stats *s, const char *method, char *buf, size
                                   i ? ";" : " | by drafter:", s->by_method[i].name,
                                   (long long)s->by_method[i].rounds, (long long)s->by_method[i].accepted,
                                   (long long)s->by_method[i].drafted);
+    if ((s->masks || s->forced_drafted) && n < cap)
+        snprintf(buf + n, cap - n, " | grammar: forced %lld/%lld accepted, masks %lld (%lld computed), %.1f ms",
+                 (long long)s->forced_accepted, (long long)s->forced_drafted, (long long)s->masks,
+                 (long long)s->mask_misses, s->mask_ns / 1e6);
 }

@@ -103,6 +103,50 @@ static int suffix_prefill(sp_draft *s, const int32_t *prompt, int n, const sp_ta
     return 0;
 }
 
+/* The better of the request's and the engine-wide trie's candidates for
+ * the context h[0..n). */
+static const sp_sfx_cand *best_candidate(suffix_drafter *c, suffix_draft *g, const int32_t *h, int n,
+                                         const sp_sfx_params *p) {
+    sp_sfx_propose(g->local, h, n, p, &g->cand[0]);
+    const sp_sfx_cand *best = &g->cand[0];
+    if (c->global) {
+        pthread_mutex_lock(&c->mu);
+        sp_sfx_propose(c->global, h, n, p, &g->cand[1]);
+        pthread_mutex_unlock(&c->mu);
+        const sp_sfx_cand *o = &g->cand[1];
+        if (o->score > best->score || (o->score == best->score && o->match_len > best->match_len))
+            best = o;
+    }
+    return best;
+}
+
+/* The context is the history's last max_depth tokens (no match is longer)
+ * followed by `ahead`, which the tries never see; out holds ahead + the
+ * proposal, so commit appends the accepted part of both. */
+static int suffix_propose_ahead(sp_draft *s, const int32_t *feed, int n_feed, const int32_t *ahead, int n_ahead,
+                                int max_n, sp_proposal *out, sp_err *err) {
+    (void)err;
+    suffix_drafter *c = s->drafter->impl;
+    suffix_draft *g = s->impl;
+    sp_sfx_append(g->local, feed, n_feed);
+    *out = (sp_proposal){ 0 };
+    int n;
+    const int32_t *h = history(g, &n);
+    const int tail = n < c->o.max_depth ? n : c->o.max_depth;
+    int32_t ctx[SP_SFX_MAX_DEPTH + SP_MAX_DRAFT];
+    memcpy(ctx, h + n - tail, (size_t)tail * sizeof(int32_t));
+    memcpy(ctx + tail, ahead, (size_t)n_ahead * sizeof(int32_t));
+    memcpy(g->out, ahead, (size_t)n_ahead * sizeof(int32_t));
+    g->n_out = n_ahead;
+    if (max_n <= 0) return 0;
+    const sp_sfx_params p = { .max_n = max_n, .factor = c->o.factor, .min_prob = c->o.min_prob, .width = 1 };
+    const sp_sfx_cand *best = best_candidate(c, g, ctx, tail + n_ahead, &p);
+    memcpy(g->out + n_ahead, best->tok, (size_t)best->n * sizeof(int32_t));
+    g->n_out = n_ahead + best->n;
+    *out = (sp_proposal){ .n = best->n, .tokens = g->out + n_ahead };
+    return 0;
+}
+
 static int suffix_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
                           sp_err *err) {
     (void)err;
@@ -117,16 +161,7 @@ static int suffix_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_
                               .width = c->o.tree_width };
     int n;
     const int32_t *h = history(g, &n);
-    sp_sfx_propose(g->local, h, n, &p, &g->cand[0]);
-    const sp_sfx_cand *best = &g->cand[0];
-    if (c->global) {
-        pthread_mutex_lock(&c->mu);
-        sp_sfx_propose(c->global, h, n, &p, &g->cand[1]);
-        pthread_mutex_unlock(&c->mu);
-        const sp_sfx_cand *o = &g->cand[1];
-        if (o->score > best->score || (o->score == best->score && o->match_len > best->match_len))
-            best = o;
-    }
+    const sp_sfx_cand *best = best_candidate(c, g, h, n, &p);
     g->n_out = best->n;
     memcpy(g->out, best->tok, (size_t)best->n * sizeof(int32_t));
     memcpy(g->parent, best->parent, (size_t)best->n * sizeof(int32_t));
@@ -211,6 +246,7 @@ static void suffix_free(sp_drafter *d) {
 
 static const sp_drafter_ops suffix_ops = {
     .open = suffix_open, .prefill = suffix_prefill, .propose = suffix_propose,
+    .propose_ahead = suffix_propose_ahead,
     .commit = suffix_commit, .checkpoint = suffix_checkpoint, .restore = suffix_restore,
     .close = suffix_close, .free = suffix_free,
 };

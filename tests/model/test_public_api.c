@@ -141,6 +141,56 @@ static void test_generate_lossless(void **state) {
     specula_ctx_free(c);
 }
 
+/* A grammar constrains the output (compiled at add; a bad one is an error
+ * naming its position); a JSON schema becomes one; with a drafter the
+ * forced spans are drafted and the output does not change. */
+static void test_grammar(void **state) {
+    (void)state;
+    specula_error err;
+    specula_ctx *c = specula_ctx_create(g_model, NULL, &err);
+    assert_non_null(c);
+    char gbnf[4096];
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"answer\":{\"type\":\"string\",\"enum\":"
+                         "[\"yes\",\"no\"]},\"confidence\":{\"type\":\"integer\"}},"
+                         "\"required\":[\"answer\",\"confidence\"]}";
+    const long len = specula_json_schema_to_grammar(schema, strlen(schema), gbnf, sizeof gbnf, &err);
+    assert_true(len > 0 && len < (long)sizeof gbnf);
+    const char *bad = "{\"type\":\"strange\"}";
+    assert_int_equal(specula_json_schema_to_grammar(bad, strlen(bad), gbnf + len + 1, 64, &err), -1);
+    assert_true(strlen(err.message) > 0);
+    specula_drafter_params dp = specula_drafter_default_params();
+    dp.method = "ngram";
+    specula_drafter *d = specula_drafter_create(c, &dp, &err);
+    int32_t ids[64];
+    const int n = tokenize("<|im_start|>user\nIs the sky blue? Answer in JSON.<|im_end|>\n<|im_start|>assistant\n",
+                           ids, 64);
+    out_t outs[2] = { { .n = 0 }, { .n = 0 } };
+    specula_stats st[2];
+    for (int spec = 0; spec < 2; spec++) {
+        specula_seq_params p = seq_of(ids, n, &outs[spec], spec ? d : NULL, 48);
+        p.grammar = gbnf;
+        p.draft_max = SPECULA_DRAFT_ADAPTIVE;
+        assert_int_equal(specula_generate(c, &p, &st[spec], NULL, &err), 0);
+    }
+    assert_int_equal(outs[0].n, outs[1].n);
+    assert_memory_equal(outs[0].t, outs[1].t, (size_t)(outs[0].n < MAXT ? outs[0].n : MAXT) * sizeof(int32_t));
+    assert_int_equal(st[0].forced_drafted, 0);
+    assert_true(st[1].forced_accepted > 0);
+    char text[512];
+    const int tn = outs[0].n - 1;   /* the last token ends the generation */
+    assert_true(specula_token_is_eog(g_model, outs[0].t[tn]));
+    specula_detokenize(g_model, outs[0].t, tn, false, text, sizeof text, &err);
+    assert_true(text[0] == '{' && strstr(text, "\"answer\"") && strstr(text, "\"confidence\""));
+    /* a bad grammar: refused at add with its position */
+    out_t o = { .n = 0 };
+    specula_seq_params p = seq_of(ids, n, &o, NULL, 8);
+    p.grammar = "root ::= \"a\" (";
+    assert_int_equal(specula_seq_add(c, &p, &err), -1);
+    assert_non_null(strstr(err.message, "line 1"));
+    specula_drafter_free(d);
+    specula_ctx_free(c);
+}
+
 /* Two sequences stepped together in one context give what each gives
  * alone (seeded sampling at T = 0.8); a third has no free slot; a
  * cancelled one ends CANCELLED; the callback's stop ends STOP. */
@@ -230,6 +280,7 @@ int main(void) {
         cmocka_unit_test(test_version_and_model), cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_chat_apply),        cmocka_unit_test(test_generate_lossless),
         cmocka_unit_test(test_batched_sequences), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_grammar),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
