@@ -362,7 +362,8 @@ static void tc_text(sp_tcparse *p, const char *s, size_t n, sp_tc_out *o) {
 
 /* The whitespace held before a block goes out once text follows. */
 static void tc_gap(sp_tcparse *p, sp_tc_out *o) {
-    if (p->gap.n) tc_text(p, p->gap.s, p->gap.n, o);
+    /* none at the start of content that follows calls */
+    if (p->gap.n && !(p->content.n == 0 && sp_tc_n_valid(p) > 0)) tc_text(p, p->gap.s, p->gap.n, o);
     p->gap.n = 0;
 }
 

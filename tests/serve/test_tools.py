@@ -102,7 +102,7 @@ def constrained_output_tests(srv, client):
     import jsonschema
 
     def json_object():
-        r = chat(client, messages=[{"role": "user", "content": "Describe a cat as JSON."}],
+        r = chat(client, messages=[{"role": "user", "content": "A JSON object with the name and color of a cat."}],
                  response_format={"type": "json_object"}, max_tokens=200)
         assert r.choices[0].finish_reason == "stop", r
         v = json.loads(r.choices[0].message.content)
@@ -213,8 +213,10 @@ def error_tests(srv):
 def tool_loop_tests(srv, client):
     first = {}
 
+    # parallel_tool_calls false: the 135M model, free to, writes call after
+    # call until max_tokens (see `parallel` below)
     def turn1():
-        r = chat(client, messages=ASK, tools=TOOLS, tool_choice="required")
+        r = chat(client, messages=ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False)
         m = r.choices[0].message
         assert r.choices[0].finish_reason == "tool_calls", r
         valid_calls(m.tool_calls)
@@ -248,7 +250,8 @@ def tool_loop_tests(srv, client):
     check("tool loop turn 2 with tool_choice auto: a well-formed answer or valid calls", turn2_auto)
 
     def streamed():
-        content, calls, finish = stream_accumulate(client, messages=ASK, tools=TOOLS, tool_choice="required")
+        content, calls, finish = stream_accumulate(client, messages=ASK, tools=TOOLS, tool_choice="required",
+                                                   parallel_tool_calls=False)
         whole = first["msg"].tool_calls
         assert finish == "tool_calls" and not content, (finish, content)
         assert [(c["name"], c["arguments"]) for c in calls] == \
@@ -262,7 +265,8 @@ def tool_loop_tests(srv, client):
 
     def streamed_raw():
         ev = sse_events(srv, CHAT, {"messages": ASK, "tools": TOOLS, "tool_choice": "required",
-                                    "temperature": 0, "max_tokens": 96, "stream": True})
+                                    "parallel_tool_calls": False, "temperature": 0, "max_tokens": 96,
+                                    "stream": True})
         chunks = [json.loads(e) for e in ev if e != "data: [DONE]" and e != "[DONE]"]
         deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
         starts = [tc for d in deltas for tc in d.get("tool_calls", []) if "id" in tc]
@@ -270,6 +274,28 @@ def tool_loop_tests(srv, client):
         assert not any(d.get("content") for d in deltas), "raw <tool_call> text streamed as content"
         return ev[-1] == "[DONE]"
     check("stream: raw SSE has a start delta per call (id, type, name) and no <tool_call> text", streamed_raw)
+
+    def parallel():
+        r = chat(client, messages=[{"role": "user", "content": "Weather in Paris and the time in Tokyo?"}],
+                 tools=TOOLS, tool_choice="required", max_tokens=160)
+        m, fin = r.choices[0].message, r.choices[0].finish_reason
+        valid_calls(m.tool_calls)
+        # complete calls are calls; a call cut by max_tokens stays content
+        assert fin == "tool_calls" or (fin == "length" and m.content and m.content.startswith("<tool_call>")), r
+        return True
+    check("parallel calls (required): every complete call validates; a cut one is content, finish length",
+          parallel)
+
+    def streamed_parallel():
+        kw = dict(messages=[{"role": "user", "content": "Weather in Paris and the time in Tokyo?"}],
+                  tools=TOOLS, tool_choice="required", max_tokens=160)
+        whole = chat(client, **kw).choices[0].message.tool_calls
+        content, calls, finish = stream_accumulate(client, **kw)
+        n = len(whole)
+        assert [(c["name"], c["arguments"]) for c in calls[:n]] == \
+            [(c.function.name, c.function.arguments) for c in whole], (calls, whole)
+        return len(calls) in (n, n + 1)  # a stream may carry the cut call's start
+    check("parallel calls streamed: the accumulated calls match the whole response's", streamed_parallel)
 
     def named():
         r = chat(client, messages=ASK, tools=TOOLS,
