@@ -112,6 +112,17 @@ typedef struct sp_gset {
     int32_t *ascii;                /* 128 transitions, -1 unknown; NULL until used */
 } sp_gset;
 
+/* A position as a state of the byte-level automaton the mask walk builds
+ * lazily: one table lookup per trie node.  Tables have 256 entries for a
+ * position on a code point boundary, 64 (continuation bytes) otherwise;
+ * entries: a state id, SP_GPS_UNKNOWN or SP_GPS_DEAD. */
+#define SP_GPS_UNKNOWN (-1)
+#define SP_GPS_DEAD (-2)
+typedef struct sp_gpstate {
+    sp_gpos pos;
+    int32_t *next;
+} sp_gpstate;
+
 typedef struct sp_gmask_entry {
     uint64_t key;                  /* set << 32 | pending bytes, or empty */
     uint64_t *bits;
@@ -140,9 +151,10 @@ struct sp_gmatch {
     uint32_t *set_ht;
     uint32_t set_ht_cap;
 
-    /* transitions on non-ASCII code points: (set, cp) -> set */
-    uint64_t *tr_key;              /* set << 32 | cp, UINT64_MAX = empty */
-    uint32_t *tr_val;
+    /* transitions on non-ASCII code points, by which of the set's stacks
+     * take the code point (code points alike to the set share one entry):
+     * (set, bitmask of stacks) -> set; sets of over 64 stacks use (set, cp) */
+    struct sp_gtr { uint64_t bits; uint32_t set, to; } *tr;   /* set UINT32_MAX = empty */
     uint32_t tr_cap, tr_n;
 
     /* scratch of one advance (reused: no malloc per step once grown) */
@@ -153,7 +165,12 @@ struct sp_gmatch {
     sp_gmask_entry *cache;
     uint32_t cache_cap, cache_n;
     uint64_t *all_ones, *none;     /* inactive / ended */
-    sp_gpos *dfs;                  /* per trie depth */
+    int32_t *dfs;                  /* automaton state per trie depth */
+    sp_gpstate *ps;
+    uint32_t n_ps, cap_ps;
+    uint32_t *ps_ht;               /* id + 1 by pos key */
+    uint32_t ps_ht_cap;
+    size_t ps_bytes;               /* of the tables: dropped whole past a bound */
     sp_gmatch_stats stats;
 };
 

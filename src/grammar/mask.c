@@ -74,45 +74,92 @@ static sp_gmask_entry *cache_insert(sp_gmatch *m, uint64_t key, uint64_t *bits, 
     return &m->cache[h];
 }
 
+static void ps_clear(sp_gmatch *m);
+
 void sp_gm_mask_free(sp_gmatch *m) {
     cache_clear(m);
     free(m->all_ones);
     free(m->none);
     free(m->dfs);
+    ps_clear(m);
+    free(m->ps);
+    free(m->ps_ht);
 }
 
 /* ------------------------------------------------------------------------
  * Computing a mask
  * ---------------------------------------------------------------------- */
-/* One trie step: the memoized ASCII transition inline, the rest in match.c. */
-static inline bool step(sp_gmatch *m, sp_gpos *q, uint8_t b) {
-    if (q->npend == 0 && b < 0x80) {
-        const int32_t *tab = m->sets[q->set].ascii;
-        if (tab && tab[b] >= 0) {
-            if (tab[b] == (int32_t)SP_GM_DEAD) return false;
-            q->set = (uint32_t)tab[b];
-            return true;
-        }
+/* ------------------------------------------------------------------------
+ * The byte automaton of the mask walk
+ * ---------------------------------------------------------------------- */
+#define PS_MAX_BYTES ((size_t)32 << 20)
+
+static void ps_clear(sp_gmatch *m) {
+    for (uint32_t k = 0; k < m->n_ps; k++) free(m->ps[k].next);
+    m->n_ps = 0;
+    m->ps_bytes = 0;
+    if (m->ps_ht) memset(m->ps_ht, 0, m->ps_ht_cap * sizeof *m->ps_ht);
+}
+
+static void ps_ht_grow(sp_gmatch *m) {
+    uint32_t cap = m->ps_ht_cap ? m->ps_ht_cap * 2 : 1024;
+    uint32_t *ht = sp_xcalloc(cap, sizeof *ht);
+    for (uint32_t id = 0; id < m->n_ps; id++) {
+        uint32_t h = key_slot(pos_key(&m->ps[id].pos), cap);
+        while (ht[h]) h = (h + 1) & (cap - 1);
+        ht[h] = id + 1;
     }
-    return sp_gm_step_byte(m, q, b);
+    free(m->ps_ht);
+    m->ps_ht = ht;
+    m->ps_ht_cap = cap;
+}
+
+static int32_t ps_intern(sp_gmatch *m, const sp_gpos *p) {
+    if (2 * (m->n_ps + 1) > m->ps_ht_cap) ps_ht_grow(m);
+    uint64_t key = pos_key(p);
+    uint32_t mask = m->ps_ht_cap - 1, h = key_slot(key, m->ps_ht_cap);
+    for (; m->ps_ht[h]; h = (h + 1) & mask)
+        if (pos_key(&m->ps[m->ps_ht[h] - 1].pos) == key) return (int32_t)(m->ps_ht[h] - 1);
+    size_t n = p->npend ? 64 : 256;
+    SP_VEC_GROW(m->ps, m->cap_ps, (size_t)m->n_ps + 1);
+    m->ps[m->n_ps].pos = *p;
+    m->ps[m->n_ps].next = sp_xmalloc(n * sizeof(int32_t));
+    memset(m->ps[m->n_ps].next, 0xff, n * sizeof(int32_t));   /* SP_GPS_UNKNOWN */
+    m->ps_bytes += n * sizeof(int32_t);
+    m->ps_ht[h] = m->n_ps + 1;
+    return (int32_t)m->n_ps++;
+}
+
+/* The state after byte b from state s (computed and stored on first use). */
+static int32_t ps_step(sp_gmatch *m, int32_t s, uint8_t b) {
+    sp_gpstate *st = &m->ps[s];
+    int idx = st->pos.npend ? b - 0x80 : b;
+    if (idx < 0 || idx >= 64 + 192 * !st->pos.npend) return SP_GPS_DEAD;   /* not a continuation */
+    int32_t nx = st->next[idx];
+    if (nx != SP_GPS_UNKNOWN) return nx;
+    sp_gpos q = st->pos;
+    nx = sp_gm_step_byte(m, &q, b) ? ps_intern(m, &q) : SP_GPS_DEAD;
+    m->ps[s].next[idx] = nx;                      /* ps may have moved */
+    return nx;
 }
 
 static int compute_mask(sp_gmatch *m, const sp_gpos *start, uint64_t *bits) {
     const sp_gvocab *v = m->v;
     memset(bits, 0, mask_words(v) * 8);
+    if (m->ps_bytes > PS_MAX_BYTES) ps_clear(m);  /* states live only within a walk */
     if (!m->dfs) m->dfs = sp_xmalloc(((size_t)v->max_depth + 1) * sizeof *m->dfs);
-    sp_gpos *dfs = m->dfs;
-    dfs[0] = *start;
+    int32_t *dfs = m->dfs;
+    dfs[0] = ps_intern(m, start);
     const sp_gtnode *nodes = v->nodes;
     uint32_t i = 1, n = v->n_nodes;
     while (i < n) {
         const sp_gtnode *nd = &nodes[i];
-        sp_gpos q = dfs[nd->depth - 1];
-        if (!step(m, &q, nd->byte)) {
+        int32_t s = ps_step(m, dfs[nd->depth - 1], nd->byte);
+        if (s < 0) {
             i = nd->end;                         /* nothing below can match either */
             continue;
         }
-        dfs[nd->depth] = q;
+        dfs[nd->depth] = s;
         for (uint32_t k = nd->tok_off; k < nodes[i + 1].tok_off; k++) {
             int32_t t = v->toks[k];
             bits[t >> 6] |= 1ull << (t & 63);

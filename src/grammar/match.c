@@ -14,8 +14,9 @@
  * height, so a JSON string returns to the same set after every character
  * and its mask is computed once.
  *
- * Transitions are memoized per set: 128 entries for ASCII, a hash table for
- * the rest.  Once the sets of a grammar region have been seen, advancing
+ * Transitions are memoized per set: 128 entries for ASCII, and for the rest
+ * a hash table keyed by which of the set's stacks take the code point (in
+ * a free string every non-ASCII code point is one entry).  Once the sets of a grammar region have been seen, advancing
  * costs a table lookup and allocates nothing.
  */
 #include "grammar/internal.h"
@@ -198,23 +199,40 @@ static uint32_t compute_advance(sp_gmatch *m, uint32_t set, uint32_t cp) {
     return out_intern(m);
 }
 
+static uint32_t tr_slot(uint32_t set, uint64_t bits, uint32_t cap) {
+    return (uint32_t)mix64(bits ^ (uint64_t)set << 40 ^ set) & (cap - 1);
+}
+
 static void tr_grow(sp_gmatch *m) {
     uint32_t cap = m->tr_cap ? m->tr_cap * 2 : 1024;
-    uint64_t *key = sp_xmalloc(cap * sizeof *key);
-    uint32_t *val = sp_xmalloc(cap * sizeof *val);
-    memset(key, 0xff, cap * sizeof *key);
+    struct sp_gtr *tr = sp_xmalloc(cap * sizeof *tr);
+    for (uint32_t k = 0; k < cap; k++) tr[k].set = UINT32_MAX;
     for (uint32_t k = 0; k < m->tr_cap; k++) {
-        if (m->tr_key[k] == UINT64_MAX) continue;
-        uint32_t h = (uint32_t)mix64(m->tr_key[k]) & (cap - 1);
-        while (key[h] != UINT64_MAX) h = (h + 1) & (cap - 1);
-        key[h] = m->tr_key[k];
-        val[h] = m->tr_val[k];
+        if (m->tr[k].set == UINT32_MAX) continue;
+        uint32_t h = tr_slot(m->tr[k].set, m->tr[k].bits, cap);
+        while (tr[h].set != UINT32_MAX) h = (h + 1) & (cap - 1);
+        tr[h] = m->tr[k];
     }
-    free(m->tr_key);
-    free(m->tr_val);
-    m->tr_key = key;
-    m->tr_val = val;
+    free(m->tr);
+    m->tr = tr;
     m->tr_cap = cap;
+}
+
+/* Which stacks of the set take cp, as a bitmask (the set's order); sets of
+ * over 64 stacks are keyed by the code point itself, tagged by bit 63
+ * (which a 64-stack mask could also have: those fall back as well). */
+static uint64_t tr_bits(const sp_gmatch *m, uint32_t set, uint32_t cp) {
+    uint32_t n;
+    const uint32_t *ids = sp_gm_set_nodes(m, set, &n);
+    if (n >= 64) return 1ull << 63 | cp;
+    const sp_grammar *g = m->g;
+    uint64_t bits = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        if (ids[k] == SP_GM_ACCEPT) continue;
+        const sp_gelem *e = &g->elems[m->nodes[ids[k]].pos];
+        if (sp_gclass_has(g, &g->classes[e->arg], cp)) bits |= 1ull << k;
+    }
+    return bits;
 }
 
 /* The set after code point cp (SP_GM_DEAD if no stack takes it); memoized. */
@@ -231,18 +249,18 @@ uint32_t sp_gm_advance(sp_gmatch *m, uint32_t set, uint32_t cp) {
         m->sets[set].ascii[cp] = (int32_t)to;
         return to;
     }
-    uint64_t key = (uint64_t)set << 32 | cp;
+    uint64_t bits = tr_bits(m, set, cp);
+    if (bits == 0) return SP_GM_DEAD;
     if (m->tr_cap) {
         uint32_t mask = m->tr_cap - 1;
-        for (uint32_t h = (uint32_t)mix64(key) & mask; m->tr_key[h] != UINT64_MAX; h = (h + 1) & mask)
-            if (m->tr_key[h] == key) return m->tr_val[h];
+        for (uint32_t h = tr_slot(set, bits, m->tr_cap); m->tr[h].set != UINT32_MAX; h = (h + 1) & mask)
+            if (m->tr[h].set == set && m->tr[h].bits == bits) return m->tr[h].to;
     }
     uint32_t to = compute_advance(m, set, cp);
     if (2 * (m->tr_n + 1) > m->tr_cap) tr_grow(m);
-    uint32_t mask = m->tr_cap - 1, h = (uint32_t)mix64(key) & mask;
-    while (m->tr_key[h] != UINT64_MAX) h = (h + 1) & mask;
-    m->tr_key[h] = key;
-    m->tr_val[h] = to;
+    uint32_t mask = m->tr_cap - 1, h = tr_slot(set, bits, m->tr_cap);
+    while (m->tr[h].set != UINT32_MAX) h = (h + 1) & mask;
+    m->tr[h] = (struct sp_gtr){ bits, set, to };
     m->tr_n++;
     return to;
 }
@@ -453,8 +471,7 @@ void sp_gmatch_free(sp_gmatch *m) {
     free(m->set_ht);
     free(m->nodes);
     free(m->node_ht);
-    free(m->tr_key);
-    free(m->tr_val);
+    free(m->tr);
     free(m->work);
     free(m->out);
     free(m);

@@ -293,7 +293,12 @@ static int forced_span(sp_seq *q, int pass_rows, double pass_tokens, sp_err *err
     if (cap > room) cap = room;
     if (cap <= 0) return 0;
     const uint64_t t0 = sp_now_ns();
-    const int n = sp_gmatch_forced(q->gm, q->forced, cap);
+    int n = sp_gmatch_forced(q->gm, q->forced, cap);
+    /* The span's last token ends where the grammar branches, so the model
+     * may well spell that text merged with what follows (`"` + `:` as
+     * `":`): it is left to the drafter and the model.  An end-of-generation
+     * token is a span of its own and certain. */
+    if (n > 0 && !(n == 1 && sp_gmatch_must_end(q->gm))) n--;
     q->st.mask_ns += sp_now_ns() - t0;
     if (n <= 0) return 0;
     q->forced_round = true;
