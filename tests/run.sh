@@ -5,7 +5,7 @@
 #   model tests  build/release/tests/test_* from tests/model (real models, release build)
 #   cli tests    tests/cli/*.sh            (the release binary, end to end)
 #   serve tests  tests/serve/test_*.py     (`specula serve` with curl and the openai package);
-#                test_serve and test_serve_http again against build/asan/specula
+#                test_serve, test_serve_http and test_tools again against build/asan/specula
 #                (test_serve_asan, test_serve_http_asan: a sanitizer report fails
 #                them), and test_serve_fuzz, the request fuzzer (ASan server)
 #
@@ -66,7 +66,7 @@ for t in tests/serve/test_*.py; do
 done
 # the same servers built with ASan+UBSan: CI sees memory errors and undefined
 # behaviour in the HTTP and scheduler code (the suites check each server's report files)
-for t in tests/serve/test_serve.py tests/serve/test_serve_http.py; do
+for t in tests/serve/test_serve.py tests/serve/test_serve_http.py tests/serve/test_tools.py; do
     run_one "serve/$(basename "$t" .py)_asan" env SPECULA_BIN=build/asan/specula "$py" "$t"
 done
 

@@ -60,6 +60,16 @@ const char *sp_api_finish_reason(sp_finish f) {
     return f == SP_FINISH_STOP ? "stop" : "length";
 }
 
+const char *sp_api_finish_reason_calls(sp_finish f, int n_valid_calls) {
+    return n_valid_calls > 0 && f == SP_FINISH_STOP ? "tool_calls" : sp_api_finish_reason(f);
+}
+
+uint64_t sp_api_call_seed(const sp_resp_ctx *c) {
+    uint64_t h = 0;
+    for (const char *p = c->id; *p; p++) h = sp_hash64(h ^ (unsigned char)*p);
+    return h;
+}
+
 /* ----------------------------------------------------------------------------
  * logprobs
  * ------------------------------------------------------------------------- */
@@ -160,13 +170,55 @@ json_t *sp_api_usage(const sp_resp_ctx *c, const sp_job_delta *end) {
     return u;
 }
 
+static json_t *tool_call_json(const sp_tc_call *call) {
+    json_t *f = json_object(), *o = json_object();
+    json_object_set_new(f, "name", json_string(call->name));
+    json_object_set_new(f, "arguments", sp_json_text(call->args ? call->args : "", call->n_args));
+    json_object_set_new(o, "id", json_string(call->id));
+    json_object_set_new(o, "type", json_string("function"));
+    json_object_set_new(o, "function", f);
+    return o;
+}
+
+/* The assistant message of a request with tools: the calls parsed out of
+ * the text, the rest as content (null when nothing but calls).  Sets the
+ * finish reason. */
+static json_t *tools_message(const sp_resp_ctx *c, const char *text, size_t n_text, sp_finish f,
+                             const char **finish) {
+    sp_tcparse p;
+    sp_tc_out ev = { 0 };
+    sp_tc_init(&p, sp_api_call_seed(c));
+    sp_tc_feed(&p, text, n_text, &ev);
+    sp_tc_finish(&p, &ev);
+    sp_tc_out_free(&ev);
+    size_t n;
+    char *content = sp_tc_content(&p, &n);
+    const int n_valid = sp_tc_n_valid(&p);
+    json_t *msg = json_object();
+    json_object_set_new(msg, "role", json_string("assistant"));
+    json_object_set_new(msg, "content", n_valid && !n ? json_null() : sp_json_text(content, n));
+    if (n_valid) {
+        json_t *calls = json_array();
+        for (int i = 0; i < p.n_calls; i++)
+            if (p.calls[i].valid) json_array_append_new(calls, tool_call_json(&p.calls[i]));
+        json_object_set_new(msg, "tool_calls", calls);
+    }
+    *finish = sp_api_finish_reason_calls(f, n_valid);
+    free(content);
+    sp_tc_free(&p);
+    return msg;
+}
+
 json_t *sp_api_response(const sp_resp_ctx *c, const char *text, size_t n_text,
                         const sp_lp_entry *lps, int n_lps, const sp_job_delta *end) {
     const bool chat = c->kind == SP_API_CHAT;
     json_t *o = envelope(c, chat ? "chat.completion" : "text_completion");
     json_t *choice = json_object();
+    const char *finish = sp_api_finish_reason(end->finish);
     json_object_set_new(choice, "index", json_integer(0));
-    if (chat) {
+    if (chat && c->tools) {
+        json_object_set_new(choice, "message", tools_message(c, text, n_text, end->finish, &finish));
+    } else if (chat) {
         json_t *msg = json_object();
         json_object_set_new(msg, "role", json_string("assistant"));
         json_object_set_new(msg, "content", sp_json_text(text, n_text));
@@ -175,7 +227,7 @@ json_t *sp_api_response(const sp_resp_ctx *c, const char *text, size_t n_text,
         json_object_set_new(choice, "text", sp_json_text(text, n_text));
     }
     json_object_set_new(choice, "logprobs", logprobs_json(c, lps, n_lps));
-    json_object_set_new(choice, "finish_reason", json_string(sp_api_finish_reason(end->finish)));
+    json_object_set_new(choice, "finish_reason", json_string(finish));
     json_t *choices = json_array();
     json_array_append_new(choices, choice);
     json_object_set_new(o, "choices", choices);
@@ -235,6 +287,32 @@ void sp_api_chunk_marks(json_t *chunk, const char *text, size_t n_text, const sp
     json_t *ext = json_object();
     json_object_set_new(ext, "segments", arr);
     json_object_set_new(chunk, "specula", ext);
+}
+
+json_t *sp_api_tool_chunk(const sp_resp_ctx *c, const sp_tcparse *p, const sp_tc_event *ev) {
+    json_t *o = envelope(c, "chat.completion.chunk");
+    json_t *call = json_object(), *f = json_object();
+    json_object_set_new(call, "index", json_integer(ev->index));
+    if (ev->kind == SP_TC_START) {
+        json_object_set_new(call, "id", json_string(p->calls[ev->index].id));
+        json_object_set_new(call, "type", json_string("function"));
+        json_object_set_new(f, "name", json_string(ev->text));
+        json_object_set_new(f, "arguments", json_string(""));
+    } else {
+        json_object_set_new(f, "arguments", sp_json_text(ev->text, ev->n));
+    }
+    json_object_set_new(call, "function", f);
+    json_t *calls = json_array(), *delta = json_object(), *choice = json_object();
+    json_array_append_new(calls, call);
+    json_object_set_new(delta, "tool_calls", calls);
+    json_object_set_new(choice, "index", json_integer(0));
+    json_object_set_new(choice, "delta", delta);
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", json_null());
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    json_object_set_new(o, "choices", choices);
+    return o;
 }
 
 json_t *sp_api_usage_chunk(const sp_resp_ctx *c, const sp_job_delta *end) {

@@ -232,17 +232,28 @@ static int prompt_tokens(sp_server *s, const sp_req *q, sp_tokens *out, sp_api_e
     if (q->kind == SP_API_CHAT && s->chat == SP_CHAT_NONE)
         return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages",
                            "The model has no chat template; use /v1/completions.");
+    /* with tools, the system message carries them (tools.c) */
+    const sp_chat_msg *msgs = q->msgs;
+    int n_msgs = q->n_msgs;
+    sp_chat_msg *with_tools = NULL;
+    char *system = NULL;
+    if (q->kind == SP_API_CHAT && sp_req_uses_tools(q)) {
+        with_tools = sp_tools_with_system(q->msgs, q->n_msgs, q->tools_system, s->defsys, &n_msgs, &system);
+        msgs = with_tools;
+    }
     if (q->kind == SP_API_CHAT && !special) {
-        rc = sp_chat_tokenize(s->tok, s->chat, q->msgs, q->n_msgs, true, s->defsys, bos, out, &err);
+        rc = sp_chat_tokenize(s->tok, s->chat, msgs, n_msgs, true, s->defsys, bos, out, &err);
     } else {
+        rc = 0;
         if (q->kind == SP_API_CHAT) {
-            if (sp_chat_render(s->chat, q->msgs, q->n_msgs, true, s->defsys, &rendered, &err))
-                return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
+            rc = sp_chat_render(s->chat, msgs, n_msgs, true, s->defsys, &rendered, &err);
             text = rendered;
         }
-        rc = sp_tokenize(s->tok, text, strlen(text), bos, special, out, &err);
+        if (!rc) rc = sp_tokenize(s->tok, text, strlen(text), bos, special, out, &err);
         free(rendered);
     }
+    free(with_tools);
+    free(system);
     if (rc) return sp_api_fail(e, 400, "invalid_request_error", NULL, q->kind == SP_API_CHAT ? "messages" : "prompt", "%s", err.msg);
     return 0;
 }
@@ -304,10 +315,11 @@ static sp_job *make_job(sp_server *s, sp_req *q, sp_resp_ctx *ctx, sp_api_err *e
     const uint64_t n = __atomic_add_fetch(&s->counter, 1, __ATOMIC_RELAXED);
     if (!q->seed_set) q->sampling.seed = sp_hash64(sp_now_ns() ^ (n << 32));
     if (prompt_tokens(s, q, &toks, e) || fit_context(s, q, toks.n, &c.max_tokens, e) ||
-        speculation(s, q, &c, e))
+        speculation(s, q, &c, e) || sp_req_constrain(q, &c.grammar, &c.grammar_trigger, e))
         goto done;
     if (sp_sampler_validate(&q->sampling, s->m->hp.n_vocab, &err)) {
         sp_api_fail(e, 400, "invalid_request_error", NULL, NULL, "%s", err.msg);
+        sp_grammar_free(c.grammar);
         goto done;
     }
     c.prompt = toks.ids;
@@ -315,7 +327,8 @@ static sp_job *make_job(sp_server *s, sp_req *q, sp_resp_ctx *ctx, sp_api_err *e
     if (!(j = sp_job_create(&c, e))) goto done;
     *ctx = (sp_resp_ctx){ .kind = q->kind, .created = (long long)time(NULL), .model = s->o.model_id,
                           .tok = s->tok, .logprobs = q->logprobs, .top_logprobs = q->top_logprobs,
-                          .method = sp_job_method(j), .n_prompt = toks.n };
+                          .method = sp_job_method(j), .n_prompt = toks.n,
+                          .tools = q->kind == SP_API_CHAT && sp_req_uses_tools(q) };
     snprintf(ctx->id, sizeof ctx->id, "%s-%016llx", q->kind == SP_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)sp_hash64(n ^ sp_now_ns()));
 done:
@@ -379,6 +392,7 @@ typedef struct sse {
     char *buf;                       /* bytes ready to send */
     size_t n, off, cap;
     bool started, ended;
+    sp_tcparse tc;                   /* ctx.tools: the tool calls in the output */
 } sse;
 
 static void sse_put(sse *x, const char *s, size_t n) {
@@ -398,6 +412,28 @@ static void sse_event(sse *x, json_t *j) {
     free(s);
 }
 
+/* With tools: the text goes through the call parser; content and call
+ * deltas go out as it decides them (the drafted marks describe the raw
+ * text, so they are left out here); logprobs ride on the first chunk. */
+static void sse_tools(sse *x, const sp_job_delta *d) {
+    sp_tc_out o = { 0 };
+    sp_tc_feed(&x->tc, d->text ? d->text : "", d->n_text, &o);
+    if (d->end == SP_JOB_FINISHED) sp_tc_finish(&x->tc, &o);
+    bool lps_sent = d->n_lps == 0;
+    for (int i = 0; i < o.n_ev; i++) {
+        const sp_tc_event *ev = &o.ev[i];
+        if (ev->kind == SP_TC_TEXT) {
+            sse_event(x, sp_api_chunk(&x->ctx, ev->text, ev->n, lps_sent ? NULL : d->lps,
+                                      lps_sent ? 0 : d->n_lps, NULL, false));
+            lps_sent = true;
+        } else {
+            sse_event(x, sp_api_tool_chunk(&x->ctx, &x->tc, ev));
+        }
+    }
+    if (!lps_sent) sse_event(x, sp_api_chunk(&x->ctx, "", 0, d->lps, d->n_lps, NULL, false));
+    sp_tc_out_free(&o);
+}
+
 /* Turns what the job produced into events; returns false if the client is
  * gone (the stream must end with an error). */
 static bool sse_fill(sse *x) {
@@ -409,13 +445,17 @@ static bool sse_fill(sse *x) {
     if (client_gone(x->fd, &x->last_check)) return false;
     sp_job_delta d;
     sp_job_take(x->j, &d);
-    if (d.n_text || d.n_lps) {
+    if (x->ctx.tools) {
+        sse_tools(x, &d);
+    } else if (d.n_text || d.n_lps) {
         json_t *chunk = sp_api_chunk(&x->ctx, d.text, d.n_text, d.lps, d.n_lps, NULL, false);
         sp_api_chunk_marks(chunk, d.text, d.n_text, d.segs, d.n_segs);
         sse_event(x, chunk);
     }
     if (d.end == SP_JOB_FINISHED) {
-        sse_event(x, sp_api_chunk(&x->ctx, "", 0, NULL, 0, sp_api_finish_reason(d.finish), false));
+        const char *finish = x->ctx.tools ? sp_api_finish_reason_calls(d.finish, sp_tc_n_valid(&x->tc))
+                                          : sp_api_finish_reason(d.finish);
+        sse_event(x, sp_api_chunk(&x->ctx, "", 0, NULL, 0, finish, false));
         if (x->include_usage) sse_event(x, sp_api_usage_chunk(&x->ctx, &d));
     } else if (d.end == SP_JOB_FAILED) {
         sse_event(x, sp_api_error_json(&d.err));
@@ -451,6 +491,7 @@ static void sse_free(void *cls) {
     sp_sched_kick(x->s->sched);
     sp_job_unref(x->j);
     active_add(x->s, -1);
+    sp_tc_free(&x->tc);
     free(x->buf);
     free(x);
 }
@@ -462,6 +503,7 @@ static enum MHD_Result answer_stream(sp_server *s, struct MHD_Connection *c, htt
     x->j = j;
     x->ctx = *ctx;
     x->include_usage = include_usage;
+    sp_tc_init(&x->tc, sp_api_call_seed(ctx));
     x->fd = conn_fd(c);
     x->last_check = sp_now_ns();
     active_add(s, 1);

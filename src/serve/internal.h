@@ -10,6 +10,8 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* ==========================================================================
  * Jobs (job.c)
@@ -53,6 +55,9 @@ typedef struct sp_job_cfg {
     sp_drafter *drafter;             /* NULL = plain decoding (borrowed) */
     int draft_max;                   /* SP_DRAFT_ADAPTIVE, 0, or fixed */
     sp_metrics *mx;                  /* borrowed, may be NULL */
+    sp_grammar *grammar;             /* NULL = unconstrained; the job owns it from sp_job_create
+                                        on (freed after its sequence is removed, or on failure) */
+    const char *grammar_trigger;     /* NULL, or the text that switches it on (copied) */
 } sp_job_cfg;
 
 typedef enum sp_job_end {
@@ -71,6 +76,8 @@ void sp_job_unref(sp_job *j);
 /* The method the job speculates with ("none" for plain decoding). */
 const char *sp_job_method(const sp_job *j);
 int sp_job_n_prompt(const sp_job *j);
+/* The job's output is constrained by a grammar. */
+bool sp_job_constrained(const sp_job *j);
 
 /* A run of released text whose bytes all came from accepted draft tokens
  * (drafted) or all from tokens the target chose itself.  Bytes belong to
@@ -184,6 +191,121 @@ void sp_gate_quiesce(sp_gate *g);
 void sp_gate_free(sp_gate *g);
 
 /* ==========================================================================
+ * Tool calls (tools.c): request fields, messages, and the calls parsed out
+ * of the output (the conventions are described at the top of tools.c)
+ * ======================================================================= */
+
+/* A growing NUL-terminated byte string. */
+typedef struct sp_tbuf {
+    char *s;
+    size_t n, cap;
+} sp_tbuf;
+static inline void sp_tbuf_put(sp_tbuf *b, const char *s, size_t n) {
+    SP_VEC_GROW(b->s, b->cap, b->n + n + 1);
+    if (n) memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+static inline void sp_tbuf_puts(sp_tbuf *b, const char *s) { sp_tbuf_put(b, s, strlen(s)); }
+static inline void sp_tbuf_free(sp_tbuf *b) {
+    free(b->s);
+    b->s = NULL;
+    b->n = b->cap = 0;
+}
+
+/* s[0..n) is a function name: [a-zA-Z0-9_-]{1,64}. */
+bool sp_tools_name_ok(const char *s, size_t n);
+/* Reads "tools", "tool_choice", "parallel_tool_calls" of the request
+ * object o into r (and r->tools_system); 0 or -1 + a 400 in e. */
+int sp_tools_parse(json_t *o, sp_req *r, sp_api_err *e);
+/* messages[i] has role "tool": checks its tool_call_id (0 or -1 + 400). */
+int sp_tools_tool_msg(json_t *m, size_t i, sp_api_err *e);
+/* A tool result's content as a <tool_response> block (malloc'd). */
+char *sp_tools_response_block(const char *content);
+/* messages[i] is an assistant message: appends its tool_calls (if any) to
+ * *content (malloc'd, replaced) as <tool_call> blocks; 0 or -1 + 400. */
+int sp_tools_assistant(json_t *m, size_t i, char **content, sp_api_err *e);
+/* The messages with the tools block in the system message: the client's
+ * system message, else the template's default system prompt (defsys, may be
+ * NULL), then block.  Returns a new array (*n_out entries, caller frees;
+ * the other entries borrow from msgs) and the new system text in *owned
+ * (caller frees). */
+sp_chat_msg *sp_tools_with_system(const sp_chat_msg *msgs, int n, const char *block, const char *defsys,
+                                  int *n_out, char **owned);
+
+/* The output parser: fed the generated text piece by piece, it gives the
+ * content and tool-call events a stream sends, and keeps the calls. */
+typedef enum sp_tc_kind {
+    SP_TC_TEXT,                      /* content text */
+    SP_TC_START,                     /* call `index` begins: text = its name */
+    SP_TC_ARGS,                      /* a fragment of call `index`'s arguments */
+} sp_tc_kind;
+
+typedef struct sp_tc_event {
+    sp_tc_kind kind;
+    int index;
+    char *text;                      /* owned, NUL-terminated */
+    size_t n;
+} sp_tc_event;
+
+typedef struct sp_tc_out {
+    sp_tc_event *ev;
+    int n_ev, cap_ev;
+} sp_tc_out;
+void sp_tc_out_free(sp_tc_out *o);
+
+typedef struct sp_tc_call {
+    char id[40];
+    char name[SP_REQ_MAX_TOOL_NAME + 1];
+    char *args;                      /* the arguments' JSON text (owned) */
+    size_t n_args;
+    char *raw;                       /* the block's text, <tool_call> to </tool_call> (owned) */
+    size_t n_raw;
+    size_t at;                       /* content bytes before the block */
+    bool announced;                  /* its START event went out */
+    bool closed, valid;              /* valid: complete, arguments a JSON object */
+} sp_tc_call;
+
+typedef enum sp_tc_state { SP_TC_ST_TEXT, SP_TC_ST_HEAD, SP_TC_ST_ARGS, SP_TC_ST_RAW } sp_tc_state;
+
+typedef struct sp_tcparse {
+    uint64_t seed;                   /* call ids */
+    sp_tc_state st;
+    sp_tbuf buf;                     /* text not yet decided (held back) */
+    size_t head, emitted;            /* SP_TC_ST_ARGS: the head's length in buf, argument bytes given out */
+    sp_tbuf content;                 /* every TEXT event's text */
+    sp_tbuf gap;                     /* whitespace before a block, held */
+    sp_tc_call *calls;
+    int n_calls, cap_calls;
+} sp_tcparse;
+
+void sp_tc_init(sp_tcparse *p, uint64_t seed);
+void sp_tc_free(sp_tcparse *p);
+/* Appends the events the text n bytes decides to o. */
+void sp_tc_feed(sp_tcparse *p, const char *text, size_t n, sp_tc_out *o);
+/* The end of the output: flushes what was held back. */
+void sp_tc_finish(sp_tcparse *p, sp_tc_out *o);
+/* Calls that are complete with a JSON object as arguments. */
+int sp_tc_n_valid(const sp_tcparse *p);
+/* After sp_tc_finish, a whole response's content: the TEXT events with the
+ * text of every invalid call put back where it was (malloc'd). */
+char *sp_tc_content(const sp_tcparse *p, size_t *n);
+
+/* ==========================================================================
+ * Constrained output (constrain.c): the request's grammar, compiled
+ * ======================================================================= */
+
+/* The GBNF of the tool calls the request allows (tool_choice required or
+ * named: the whole output; lazy: what follows the trigger "<tool_call>";
+ * with a response_format, either calls or that JSON).  malloc'd, or NULL +
+ * a 400 naming the schema path in e. */
+char *sp_tools_gbnf(const sp_req *r, bool lazy, sp_api_err *e);
+/* Compiles the request's constraint: *g NULL when there is none, else a
+ * grammar the caller owns, and *trigger (static, or NULL) for a lazy one.
+ * 0, or -1 + a 400 naming the field and position or schema path. */
+int sp_req_constrain(const sp_req *r, sp_grammar **g, const char **trigger, sp_api_err *e);
+
+/* ==========================================================================
  * Response JSON (api.c)
  * ======================================================================= */
 
@@ -204,6 +326,7 @@ typedef struct sp_resp_ctx {
     int top_logprobs;
     const char *method;              /* speculation method name */
     int n_prompt;
+    bool tools;                      /* the output is parsed for tool calls (chat) */
 } sp_resp_ctx;
 
 /* The whole (non-streamed) response. */
@@ -226,6 +349,14 @@ json_t *sp_api_usage(const sp_resp_ctx *c, const sp_job_delta *end);
 /* The usage chunk of a stream (stream_options.include_usage). */
 json_t *sp_api_usage_chunk(const sp_resp_ctx *c, const sp_job_delta *end);
 const char *sp_api_finish_reason(sp_finish f);
+/* "tool_calls" when valid calls were made and the generation stopped by
+ * itself, else sp_api_finish_reason(f). */
+const char *sp_api_finish_reason_calls(sp_finish f, int n_valid_calls);
+/* The seed of a response's call ids (from its id). */
+uint64_t sp_api_call_seed(const sp_resp_ctx *c);
+/* A streamed tool-call delta: a call's start (id, type, name, arguments "")
+ * or a fragment of its arguments. */
+json_t *sp_api_tool_chunk(const sp_resp_ctx *c, const sp_tcparse *p, const sp_tc_event *ev);
 
 /* ==========================================================================
  * The chat page (page.S embeds page.html): served at GET /

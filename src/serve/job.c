@@ -40,6 +40,8 @@ struct sp_job {
     sp_drafter *drafter;             /* borrowed; NULL = plain decoding */
     sp_sampler_params sampling;      /* bias points into `bias` */
     sp_logit_bias *bias;             /* owned copy */
+    sp_grammar *grammar;             /* owned; the sequence borrows it */
+    char *grammar_trigger;           /* owned */
     /* scheduler-thread state */
     bool started;                    /* its sequence was added to the context */
     sp_detok detok;
@@ -71,6 +73,8 @@ sp_job *sp_job_create(const sp_job_cfg *c, sp_api_err *err) {
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
+    j->grammar = c->grammar;
+    j->grammar_trigger = c->grammar_trigger ? sp_xstrdup(c->grammar_trigger) : NULL;
     j->m = c->m;
     j->tok = c->tok;
     j->prompt = sp_xmalloc((size_t)c->n_prompt * sizeof(int32_t));
@@ -111,6 +115,9 @@ void sp_job_unref(sp_job *j) {
     const int left = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (left) return;
+    /* the last reference goes after the scheduler removed the sequence */
+    sp_grammar_free(j->grammar);
+    free(j->grammar_trigger);
     free(j->bias);
     sp_stop_free(&j->stop);
     free(j->prompt);
@@ -124,6 +131,7 @@ void sp_job_unref(sp_job *j) {
 
 const char *sp_job_method(const sp_job *j) { return j->method; }
 int sp_job_n_prompt(const sp_job *j) { return j->n_prompt; }
+bool sp_job_constrained(const sp_job *j) { return j->grammar != NULL; }
 uint64_t sp_job_t_submit(const sp_job *j) { return j->t_submit; }
 void sp_job_set_t_submit(sp_job *j, uint64_t t) { j->t_submit = t; }
 
@@ -339,6 +347,8 @@ int sp_job_start(sp_job *j, sp_ctx *ctx, sp_err *err) {
     p.penalize_prompt = false;       /* OpenAI: penalties count generated tokens */
     p.drafter = j->drafter;
     p.draft_max = j->draft_max;
+    p.grammar = j->grammar;
+    p.grammar_trigger = j->grammar_trigger;
     p.emit = on_token;
     p.ud = j;
     j->t_start = sp_now_ns();

@@ -4,7 +4,7 @@
  * 0..2, penalties -2..2, logit_bias -100..100, top_logprobs 0..20, n = 1);
  * fields it does not know are ignored, as the OpenAI API ignores them.
  */
-#include "serve/serve.h"
+#include "serve/internal.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -203,28 +203,60 @@ static int message_content(json_t *c, char **out, sp_api_err *e) {
     return 0;
 }
 
+/* Appends a parsed message; a tool result right after another one joins
+ * its turn (one user turn per run of results: Gemma needs alternation). */
+static void add_message(sp_req *r, const char *role, char *content, bool tool, bool *prev_tool) {
+    if (tool && *prev_tool) {
+        sp_chat_msg *last = &r->msgs[r->n_msgs - 1];
+        sp_tbuf b = { 0 };
+        sp_tbuf_puts(&b, last->content);
+        sp_tbuf_puts(&b, "\n");
+        sp_tbuf_puts(&b, content);
+        free((char *)last->content);
+        free(content);
+        last->content = b.s;
+        return;
+    }
+    r->msgs[r->n_msgs].role = sp_xstrdup(role);
+    r->msgs[r->n_msgs].content = content;
+    r->n_msgs++;
+    *prev_tool = tool;
+}
+
+/* One message: role, content, and the tool-call fields (see tools.c). */
+static int parse_message(json_t *m, size_t i, sp_req *r, bool *prev_tool, sp_api_err *e) {
+    if (!json_is_object(m)) return wrong_type(e, "messages", "an object", m);
+    json_t *role = json_object_get(m, "role");
+    if (!json_is_string(role)) return bad(e, "messages", "messages[%zu].role must be a string.", i);
+    const char *rs = json_string_value(role);
+    if (!strcmp(rs, "developer")) rs = "system";
+    const bool tool = !strcmp(rs, "tool");
+    if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && !tool)
+        return bad(e, "messages", "messages[%zu].role '%s' is not supported (system, developer, user, assistant, tool).", i, rs);
+    if (tool && sp_tools_tool_msg(m, i, e)) return -1;
+    char *content = NULL;
+    if (message_content(json_object_get(m, "content"), &content, e)) { free(content); return -1; }
+    if (!strcmp(rs, "assistant") && sp_tools_assistant(m, i, &content, e)) { free(content); return -1; }
+    if (tool) {
+        char *block = sp_tools_response_block(content);
+        free(content);
+        content = block;
+    }
+    add_message(r, tool ? "user" : rs, content, tool, prev_tool);
+    return 0;
+}
+
 static int parse_messages(json_t *o, sp_req *r, sp_api_err *e) {
     json_t *v = json_object_get(o, "messages");
     if (!v || json_is_null(v)) return bad(e, "messages", "Missing required parameter: 'messages'.");
     if (!json_is_array(v)) return wrong_type(e, "messages", "an array", v);
     if (json_array_size(v) == 0) return bad(e, "messages", "'messages' must contain at least one message.");
     r->msgs = sp_xcalloc(json_array_size(v), sizeof *r->msgs);
+    bool prev_tool = false;
     size_t i;
     json_t *m;
-    json_array_foreach(v, i, m) {
-        if (!json_is_object(m)) return wrong_type(e, "messages", "an object", m);
-        json_t *role = json_object_get(m, "role");
-        if (!json_is_string(role)) return bad(e, "messages", "messages[%zu].role must be a string.", i);
-        const char *rs = json_string_value(role);
-        if (!strcmp(rs, "developer")) rs = "system";
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
-            return bad(e, "messages", "messages[%zu].role '%s' is not supported (system, developer, user, assistant).", i, rs);
-        char *content = NULL;
-        if (message_content(json_object_get(m, "content"), &content, e)) { free(content); return -1; }
-        r->msgs[r->n_msgs].role = sp_xstrdup(rs);
-        r->msgs[r->n_msgs].content = content;
-        r->n_msgs++;
-    }
+    json_array_foreach(v, i, m)
+        if (parse_message(m, i, r, &prev_tool, e)) return -1;
     return 0;
 }
 
@@ -341,6 +373,65 @@ static int parse_sampling(json_t *o, sp_req *r, int n_vocab, sp_api_err *e) {
     return parse_logit_bias(o, r, n_vocab, e);
 }
 
+/* "response_format": {"type": "text" | "json_object" | "json_schema",
+ * "json_schema": {"name", "schema", "strict", "description"}}.  The schema
+ * is kept as text for the converter (constrain.c); strict or not, the output
+ * is held to the schema (a looser "strict": false would only lose checks). */
+static int parse_json_schema(json_t *js, sp_req *r, sp_api_err *e) {
+    const char *P = "response_format";
+    if (!json_is_object(js))
+        return bad(e, P, "'response_format.json_schema' must be an object with a 'schema'.");
+    json_t *name = json_object_get(js, "name"), *schema = json_object_get(js, "schema"),
+           *strict = json_object_get(js, "strict"), *desc = json_object_get(js, "description");
+    if (name && !json_is_null(name) && (!json_is_string(name) || !sp_tools_name_ok(json_string_value(name), json_string_length(name))))
+        return bad(e, P, "'response_format.json_schema.name' must be a string of 1 to 64 characters a-z, A-Z, 0-9, '_' or '-'.");
+    if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+        return bad(e, P, "'response_format.json_schema.strict' must be a boolean.");
+    if (desc && !json_is_null(desc) && !json_is_string(desc))
+        return bad(e, P, "'response_format.json_schema.description' must be a string.");
+    if (!json_is_object(schema))
+        return bad(e, P, "'response_format.json_schema.schema' must be a JSON schema (an object).");
+    r->rf_schema = json_dumps(schema, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!r->rf_schema) return bad(e, P, "'response_format.json_schema.schema' cannot be serialized.");
+    r->rf = SP_RF_JSON_SCHEMA;
+    return 0;
+}
+
+static int parse_response_format(json_t *o, sp_req *r, sp_api_err *e) {
+    json_t *v = json_object_get(o, "response_format");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_object(v)) return wrong_type(e, "response_format", "an object", v);
+    json_t *type = json_object_get(v, "type");
+    if (!json_is_string(type)) return bad(e, "response_format", "'response_format.type' must be a string.");
+    const char *t = json_string_value(type);
+    if (!strcmp(t, "text")) return 0;
+    if (!strcmp(t, "json_object")) { r->rf = SP_RF_JSON_OBJECT; return 0; }
+    if (!strcmp(t, "json_schema")) return parse_json_schema(json_object_get(v, "json_schema"), r, e);
+    return bad(e, "response_format", "Invalid 'response_format.type' '%.64s': expected 'text', 'json_object' or 'json_schema'.", t);
+}
+
+/* "grammar" (GBNF, llama.cpp's field), response_format and tools; the
+ * combinations with two sources of constraint are refused, except
+ * tool_choice "auto" with a response_format (the output is then either
+ * calls or that JSON). */
+static int parse_constraints(json_t *o, sp_req *r, sp_api_err *e) {
+    json_t *g = json_object_get(o, "grammar");
+    if (g && !json_is_null(g)) {
+        if (!json_is_string(g)) return wrong_type(e, "grammar", "a string", g);
+        if (strlen(json_string_value(g)) != json_string_length(g)) return bad(e, "grammar", "'grammar' must not contain NUL.");
+        if (json_string_length(g)) r->grammar = sp_xstrdup(json_string_value(g));
+    }
+    if (parse_response_format(o, r, e) || sp_tools_parse(o, r, e)) return -1;
+    if (r->grammar && r->rf != SP_RF_TEXT)
+        return bad(e, "grammar", "'grammar' and a JSON 'response_format' cannot be used together: both constrain the output.");
+    if (r->grammar && sp_req_uses_tools(r))
+        return bad(e, "grammar", "'grammar' and 'tools' cannot be used together (unless 'tool_choice' is \"none\"): "
+                   "tool calls have their own grammar.");
+    if (r->rf != SP_RF_TEXT && (r->tool_choice == SP_TC_REQUIRED || r->tool_choice == SP_TC_NAMED))
+        return bad(e, "response_format", "A JSON 'response_format' cannot be used with a 'tool_choice' that forces a call.");
+    return 0;
+}
+
 static int parse_fields(json_t *o, sp_req *r, int n_vocab, sp_api_err *e) {
     long long n = 1, max_tokens = -1;
     if (get_string(o, "model", &r->model, e)) return -1;
@@ -366,6 +457,7 @@ static int parse_fields(json_t *o, sp_req *r, int n_vocab, sp_api_err *e) {
     if (rc) return -1;
     if (get_bool(o, "ignore_eos", &r->ignore_eos, e)) return -1;
     if (r->kind == SP_API_COMPLETION && parse_completion_extras(o, e)) return -1;
+    if (parse_constraints(o, r, e)) return -1;
     return parse_speculative(o, r, e);
 }
 
@@ -402,6 +494,15 @@ void sp_req_free(sp_req *r) {
     free(r->prompt);
     free(r->prompt_ids);
     free(r->bias);
+    free(r->grammar);
+    free(r->rf_schema);
+    for (int i = 0; i < r->n_tools; i++) {
+        free(r->tools[i].name);
+        free(r->tools[i].description);
+        free(r->tools[i].parameters);
+    }
+    free(r->tools);
+    free(r->tools_system);
     const sp_api_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

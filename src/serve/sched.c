@@ -131,8 +131,16 @@ static void fail_queue(sp_sched *s) {
 static void end_slot(sp_sched *s, int i, sp_finish f) {
     sp_job *j = s->slots[i];
     if (f == SP_FINISH_ERROR) {
+        /* A grammar that allows no token is the request's constraint, not a
+         * server fault: a 400 (which clients do not retry, unlike a 500). */
+        const char *msg = sp_ctx_seq_error(s->ctx, i);
+        const bool dead_end = sp_job_constrained(j) && strstr(msg, "grammar");
         sp_api_err e;
-        sp_api_fail(&e, 500, "server_error", NULL, NULL, "%s", sp_ctx_seq_error(s->ctx, i));
+        if (dead_end)
+            sp_api_fail(&e, 400, "invalid_request_error", "grammar_dead_end", NULL,
+                        "The output's grammar allows no further token (%s).", msg);
+        else
+            sp_api_fail(&e, 500, "server_error", NULL, NULL, "%s", msg);
         sp_job_end_with(j, SP_JOB_FAILED, &e, stats_of(s, i));
     } else {
         sp_job_finish(j, f, stats_of(s, i));

@@ -60,6 +60,22 @@ typedef enum sp_api_kind { SP_API_CHAT = 0, SP_API_COMPLETION = 1 } sp_api_kind;
 #define SP_REQ_MAX_STOP_LEN 512
 #define SP_REQ_MAX_TOP_LOGPROBS 20
 
+#define SP_REQ_MAX_TOOLS 128
+#define SP_REQ_MAX_TOOL_NAME 64
+
+/* response_format.type */
+typedef enum sp_rf_type { SP_RF_TEXT = 0, SP_RF_JSON_OBJECT, SP_RF_JSON_SCHEMA } sp_rf_type;
+/* tool_choice */
+typedef enum sp_tool_choice { SP_TC_AUTO = 0, SP_TC_NONE, SP_TC_REQUIRED, SP_TC_NAMED } sp_tool_choice;
+
+/* One entry of "tools" (type "function"). */
+typedef struct sp_req_tool {
+    char *name;                      /* [a-zA-Z0-9_-]{1,64} */
+    char *description;               /* NULL = none */
+    char *parameters;                /* its JSON schema as JSON text ({"type":"object","properties":{}}
+                                        when absent) */
+} sp_req_tool;
+
 typedef struct sp_req {
     sp_api_kind kind;
     char *model;                     /* NULL = not given */
@@ -83,6 +99,19 @@ typedef struct sp_req {
     /* "speculative": {"method": "none|ngram|suffix", "draft_max": N|"adaptive"} */
     char method[32];                 /* "" = server default */
     int draft_max;                   /* SP_DRAFT_ADAPTIVE, 0..SP_MAX_DRAFT; -2 = server default */
+    /* constrained output (see tools.c for the conventions): "grammar" (GBNF
+     * text, llama.cpp's field), "response_format", and on chat "tools",
+     * "tool_choice", "parallel_tool_calls".  Compiled by sp_req_constrain. */
+    char *grammar;                   /* NULL = none */
+    sp_rf_type rf;
+    char *rf_schema;                 /* json_schema.schema as JSON text (SP_RF_JSON_SCHEMA) */
+    sp_req_tool *tools;              /* (n_tools) owned */
+    int n_tools;
+    sp_tool_choice tool_choice;      /* AUTO when tools are given, else NONE */
+    int tool_named;                  /* SP_TC_NAMED: index into tools */
+    bool parallel_tool_calls;        /* default true */
+    char *tools_system;              /* the tools as system-prompt text (NULL = not rendered:
+                                        no tools, or tool_choice "none") */
 } sp_req;
 
 #define SP_REQ_DRAFT_DEFAULT (-2)
@@ -93,6 +122,9 @@ typedef struct sp_req {
 int sp_req_parse(sp_api_kind kind, const char *body, size_t len, int n_vocab, sp_req *r,
                  sp_api_err *err);
 void sp_req_free(sp_req *r);
+
+/* Tools are rendered and the output is parsed for tool calls. */
+static inline bool sp_req_uses_tools(const sp_req *r) { return r->tools_system != NULL; }
 
 /* ==========================================================================
  * Metrics (metrics.c): counters, gauges and histograms in Prometheus text
