@@ -349,6 +349,7 @@ int sp_job_start(sp_job *j, sp_ctx *ctx, sp_err *err) {
     p.draft_max = j->draft_max;
     p.grammar = j->grammar;
     p.grammar_trigger = j->grammar_trigger;
+    p.forced_spans = j->drafter != NULL;  /* a speculating server drafts what the grammar forces */
     p.emit = on_token;
     p.ud = j;
     j->t_start = sp_now_ns();
