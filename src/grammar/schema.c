@@ -53,6 +53,7 @@ enum {
     MAX_REPEAT = 1000,      /* minItems/maxItems/minLength/maxLength */
     MAX_NAME = 100,         /* rule name length before falling back to a serial */
     MAX_KEY_PART = 24,      /* chars of a property name kept in a rule name */
+    MAX_RULES = 4000,       /* rules per schema (the GBNF parser takes 4096 named rules) */
 };
 #define MAX_OUT ((size_t)1 << 20)
 
@@ -115,6 +116,7 @@ typedef struct ctx {
     json_t *refs;           /* "$ref" text -> rule name */
     unsigned prims;         /* P_* rules needed */
     unsigned serial;
+    int n_rules;
     int depth;
     sp_err *err;
 } ctx;
@@ -193,8 +195,10 @@ static void child_name(ctx *c, const char *base, const char *key, char *out, siz
         out[n++] = ok ? ch : '-';
     }
     out[n] = 0;
-    while (n > MAX_NAME || !key[0] || json_object_get(c->names, out))
-        n = (size_t)snprintf(out, cap, "%s-n%u", c->prefix, c->serial++);
+    if (n > MAX_NAME || !key[0] || json_object_get(c->names, out)) {
+        do snprintf(out, cap, "%s-n%u", c->prefix, c->serial++);
+        while (json_object_get(c->names, out));
+    }
     json_object_set_new(c->names, out, json_null());
 }
 
@@ -202,6 +206,7 @@ static void child_name(ctx *c, const char *base, const char *key, char *out, siz
 static int put_rule(ctx *c, const char *name, const sbuf *body) {
     if (body->over) return fail(c, "grammar larger than %zu bytes", MAX_OUT);
     assert(body->len > 0);
+    if (++c->n_rules > MAX_RULES) return fail(c, "more than %d grammar rules", MAX_RULES);
     sb_printf(&c->out, "%s ::= ", name);
     sb_putn(&c->out, body->p, body->len);
     sb_puts(&c->out, "\n");
@@ -717,12 +722,12 @@ static uint32_t utf8_next(const unsigned char **p) {
     return cp;
 }
 
-static void put_class_char(sbuf *e, uint32_t cp) {
+static void put_class_char(sbuf *e, uint32_t cp, const unsigned char *utf8, size_t len) {
     bool plain = (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9');
     if (plain) sb_printf(e, "%c", (char)cp);
     else if (cp < 0x100) sb_printf(e, "\\x%02X", (unsigned)cp);
     else if (cp < 0x10000) sb_printf(e, "\\u%04X", (unsigned)cp);
-    else sb_printf(e, "\\U%08X", (unsigned)cp);
+    else sb_putn(e, (const char *)utf8, len);          /* GBNF has no escape past U+FFFF */
 }
 
 typedef struct keyset {
@@ -767,9 +772,9 @@ static int gen_not_keys(ctx *c, const keyset *ks, size_t lo, size_t hi, size_t o
         }
         if (alts++) sb_puts(&b, " | ");
         sb_puts(&b, "[");
-        put_class_char(&b, cp);
+        put_class_char(&b, cp, p, len);
         sb_printf(&b, "] %s", sub);
-        put_class_char(&cls, cp);
+        put_class_char(&cls, cp, p, len);
         i = j;
     }
     if (!ends) {
@@ -1126,7 +1131,7 @@ int sp_schema_append_rules(const json_t *schema, const char *prefix, const char 
 
 char *sp_schema_to_gbnf(const char *text, size_t len, sp_err *err) {
     json_error_t je;
-    json_t *schema = json_loadb(text, len, 0, &je);
+    json_t *schema = json_loadb(text, len, JSON_DECODE_ANY, &je);
     if (!schema)
         return sp_err_set(err, "json_schema: invalid JSON at line %d, column %d: %s", je.line, je.column, je.text),
                NULL;
