@@ -105,7 +105,7 @@ static void test_tool_schema_get_weather(void **state) {
         "{\"type\":\"object\",\"properties\":{"
         "\"location\":{\"type\":\"string\",\"description\":\"City, e.g. Paris\"},"
         "\"unit\":{\"type\":\"string\",\"enum\":[\"celsius\",\"fahrenheit\"]},"
-        "\"days\":{\"type\":\"integer\"}},"
+        "\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":16}},"
         "\"required\":[\"location\"],\"additionalProperties\":false}";
     check(schema,
           LIST("{\"location\":\"Paris\"}",
@@ -118,6 +118,8 @@ static void test_tool_schema_get_weather(void **state) {
                "{\"location\":1}",                                     /* wrong type */
                "{\"location\":\"Paris\",\"unit\":\"kelvin\"}",         /* not in the enum */
                "{\"location\":\"Paris\",\"days\":3.5}",                /* not an integer */
+               "{\"location\":\"Paris\",\"days\":17}",                 /* over the maximum */
+               "{\"location\":\"Paris\",\"days\":0}",                  /* under the minimum */
                "{\"location\":\"Paris\",\"wind\":true}",               /* extra key */
                "{\"days\":3,\"location\":\"Paris\"}",                  /* not the declared order */
                "{\"location\":\"Paris\",\"days\":3,\"days\":4}",       /* repeated key */
@@ -191,6 +193,50 @@ static void test_arrays(void **state) {
           LIST("[\"a\",null]", "[\"a\",null,null]"), LIST("[\"a\"]", "[null,null]", "[\"a\",null,null,null]"));
     check("{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"integer\"}],\"maxItems\":1}", LIST("[]", "[1]"),
           LIST("[1,2]"));
+}
+
+/* Integer bounds are exact: every integer in [-1300, 1300] is accepted
+ * exactly when it is within the bounds. */
+static void test_integer_ranges(void **state) {
+    (void)state;
+    static const struct { const char *kw; double lo, hi; } cases[] = {
+        { "\"minimum\":1,\"maximum\":16", 1, 16 },
+        { "\"minimum\":-5,\"maximum\":5", -5, 5 },
+        { "\"minimum\":7,\"maximum\":1234", 7, 1234 },
+        { "\"minimum\":-1234,\"maximum\":-17", -1234, -17 },
+        { "\"minimum\":-99,\"maximum\":1000", -99, 1000 },
+        { "\"exclusiveMinimum\":0", 1, 1e18 },
+        { "\"maximum\":-3", -1e18, -3 },
+        { "\"minimum\":0", 0, 1e18 },
+        { "\"exclusiveMinimum\":9,\"exclusiveMaximum\":110", 10, 109 },
+        { "\"minimum\":2.5,\"maximum\":7.5", 3, 7 },
+        { "\"minimum\":100,\"maximum\":100", 100, 100 },
+        { "\"minimum\":0,\"exclusiveMinimum\":3,\"maximum\":50,\"exclusiveMaximum\":60", 4, 50 },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char schema[160], text[32];
+        snprintf(schema, sizeof schema, "{\"type\":\"integer\",%s}", cases[k].kw);
+        sp_grammar *g = compile(schema);
+        int wrong = 0;
+        for (int v = -1300; v <= 1300; v++) {
+            snprintf(text, sizeof text, "%d", v);
+            bool want = v >= cases[k].lo && v <= cases[k].hi;
+            if (accepts(g, text) != want) print_error("%s: %d %s\n", schema, v, want ? "refused" : "accepted"), wrong++;
+        }
+        assert_int_equal(wrong, 0);
+        /* spellings: no leading zeros, no "-0", no fraction, 16 digits at most */
+        assert_false(accepts(g, "007"));
+        assert_false(accepts(g, "-0"));
+        assert_false(accepts(g, "12.0"));
+        if (cases[k].hi > 1e17) {
+            assert_true(accepts(g, "9999999999999999"));
+            assert_false(accepts(g, "10000000000000000"));
+        }
+        sp_grammar_free(g);
+    }
+    /* a nullable bounded integer: the bounds apply to the integer */
+    check("{\"type\":[\"integer\",\"null\"],\"minimum\":1,\"maximum\":16}", LIST("null", "1", "16"),
+          LIST("0", "17"));
 }
 
 /* ---- strings -------------------------------------------------------------- */
@@ -303,7 +349,12 @@ static void test_errors_name_the_path(void **state) {
     (void)state;
     refused("{\"type\":\"object\",\"properties\":{\"tags\":{\"type\":\"array\",\"items\":{\"patternProperties\":{}}}}}",
             "json_schema: /properties/tags/items: unsupported keyword \"patternProperties\"");
-    refused("{\"type\":\"integer\",\"minimum\":0}", "json_schema: unsupported keyword \"minimum\"");
+    refused("{\"type\":\"number\",\"minimum\":0}",
+            "json_schema: unsupported keyword \"minimum\" on a number (only integer bounds are supported)");
+    refused("{\"maximum\":3}", "unsupported keyword \"maximum\" on a number");
+    refused("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer of at most 16 digits is within");
+    refused("{\"type\":\"integer\",\"minimum\":1e300}", "no integer of at most 16 digits is within");
+    refused("{\"type\":\"integer\",\"exclusiveMinimum\":true}", "\"exclusiveMinimum\" must be a number");
     refused("{\"properties\":{\"n\":{\"type\":\"number\",\"exclusiveMaximum\":5}}}",
             "/properties/n: unsupported keyword \"exclusiveMaximum\"");
     refused("{\"properties\":{\"n\":{\"type\":\"number\",\"multipleOf\":5}}}", "unsupported keyword \"multipleOf\"");
@@ -475,6 +526,7 @@ int main(void) {
         cmocka_unit_test(test_object_optional_layouts),
         cmocka_unit_test(test_additional_properties),
         cmocka_unit_test(test_arrays),
+        cmocka_unit_test(test_integer_ranges),
         cmocka_unit_test(test_string_lengths),
         cmocka_unit_test(test_formats),
         cmocka_unit_test(test_any_of_one_of),
