@@ -29,9 +29,18 @@
  *     schemas use oneOf for disjoint alternatives in practice).
  *   - A schema without "type" but with keywords of one kind (properties →
  *     object, items → array, minLength → string) is taken as that type.
+ *   - Integer bounds (minimum, maximum, exclusive*) are exact, as digit-wise
+ *     rules; bounds on "number", multipleOf, pattern, uniqueItems: true,
+ *     patternProperties, not, if/then/else, ... are refused.
+ *   - An extra key spelled with escapes ("\u0061" for a declared "a") is
+ *     not recognized as a declared name (the key grammar compares code
+ *     points as written).
+ *   - Errors inside an allOf member's properties name the merged object's
+ *     pointer (/properties/x), not the member's (/allOf/1/properties/x).
  *
  * Hostile input (schemas arrive in HTTP requests) is bounded: 32 levels of
- * nested schemas, repetition counts up to 1000, 1 MiB of GBNF.
+ * nested schemas, repetition counts up to 1000 (the GBNF parser's limit),
+ * 4000 rules, 1 MiB of GBNF.
  *
  * Rule names: everything begins with the caller's prefix.  Shared
  * primitives are prefix-ws, prefix-string, ...; the rules of a schema's
