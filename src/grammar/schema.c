@@ -29,9 +29,18 @@
  *     schemas use oneOf for disjoint alternatives in practice).
  *   - A schema without "type" but with keywords of one kind (properties →
  *     object, items → array, minLength → string) is taken as that type.
+ *   - Integer bounds (minimum, maximum, exclusive*) are exact, as digit-wise
+ *     rules; bounds on "number", multipleOf, pattern, uniqueItems: true,
+ *     patternProperties, not, if/then/else, ... are refused.
+ *   - An extra key spelled with escapes ("\u0061" for a declared "a") is
+ *     not recognized as a declared name (the key grammar compares code
+ *     points as written).
+ *   - Errors inside an allOf member's properties name the merged object's
+ *     pointer (/properties/x), not the member's (/allOf/1/properties/x).
  *
  * Hostile input (schemas arrive in HTTP requests) is bounded: 32 levels of
- * nested schemas, repetition counts up to 1000, 1 MiB of GBNF.
+ * nested schemas, repetition counts up to 1000 (the GBNF parser's limit),
+ * 4000 rules, 1 MiB of GBNF.
  *
  * Rule names: everything begins with the caller's prefix.  Shared
  * primitives are prefix-ws, prefix-string, ...; the rules of a schema's
@@ -42,6 +51,7 @@
 #include "grammar/grammar.h"
 
 #include <assert.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -53,6 +63,7 @@ enum {
     MAX_REPEAT = 1000,      /* minItems/maxItems/minLength/maxLength */
     MAX_NAME = 100,         /* rule name length before falling back to a serial */
     MAX_KEY_PART = 24,      /* chars of a property name kept in a rule name */
+    MAX_RULES = 4000,       /* rules per schema (the GBNF parser takes 4096 named rules) */
 };
 #define MAX_OUT ((size_t)1 << 20)
 
@@ -115,6 +126,7 @@ typedef struct ctx {
     json_t *refs;           /* "$ref" text -> rule name */
     unsigned prims;         /* P_* rules needed */
     unsigned serial;
+    int n_rules;
     int depth;
     sp_err *err;
 } ctx;
@@ -193,8 +205,10 @@ static void child_name(ctx *c, const char *base, const char *key, char *out, siz
         out[n++] = ok ? ch : '-';
     }
     out[n] = 0;
-    while (n > MAX_NAME || !key[0] || json_object_get(c->names, out))
-        n = (size_t)snprintf(out, cap, "%s-n%u", c->prefix, c->serial++);
+    if (n > MAX_NAME || !key[0] || json_object_get(c->names, out)) {
+        do snprintf(out, cap, "%s-n%u", c->prefix, c->serial++);
+        while (json_object_get(c->names, out));
+    }
     json_object_set_new(c->names, out, json_null());
 }
 
@@ -202,6 +216,7 @@ static void child_name(ctx *c, const char *base, const char *key, char *out, siz
 static int put_rule(ctx *c, const char *name, const sbuf *body) {
     if (body->over) return fail(c, "grammar larger than %zu bytes", MAX_OUT);
     assert(body->len > 0);
+    if (++c->n_rules > MAX_RULES) return fail(c, "more than %d grammar rules", MAX_RULES);
     sb_printf(&c->out, "%s ::= ", name);
     sb_putn(&c->out, body->p, body->len);
     sb_puts(&c->out, "\n");
@@ -228,6 +243,7 @@ static const char *const ROOT_ANNOTATIONS[] = { "strict", "name", NULL };
 static const char *const OBJECT_KW[] = { "properties", "required", "additionalProperties", NULL };
 static const char *const ARRAY_KW[] = { "items", "prefixItems", "minItems", "maxItems", NULL };
 static const char *const STRING_KW[] = { "minLength", "maxLength", "format", NULL };
+static const char *const NUMBER_KW[] = { "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL };
 static const char *const OTHER_KW[] = {
     "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL,
 };
@@ -241,7 +257,7 @@ static int check_keywords(ctx *c, const json_t *s) {
     const json_t *v;
     json_object_foreach((json_t *)s, k, v) {
         if (is_annotation(c, k) || in_list(OBJECT_KW, k) || in_list(ARRAY_KW, k) ||
-            in_list(STRING_KW, k) || in_list(OTHER_KW, k))
+            in_list(STRING_KW, k) || in_list(NUMBER_KW, k) || in_list(OTHER_KW, k))
             continue;
         if (!strcmp(k, "uniqueItems") && json_is_false(v)) continue;   /* no constraint */
         return fail(c, "unsupported keyword \"%s\"", k);
@@ -337,6 +353,7 @@ static int get_types(ctx *c, const json_t *s, unsigned *types) {
     if (has_any(s, OBJECT_KW)) *types |= T_OBJECT;
     if (has_any(s, ARRAY_KW)) *types |= T_ARRAY;
     if (has_any(s, STRING_KW)) *types |= T_STRING;
+    if (has_any(s, NUMBER_KW)) *types |= T_NUMBER;
     if (!*types) *types = T_ALL;
     return 0;
 }
@@ -717,12 +734,12 @@ static uint32_t utf8_next(const unsigned char **p) {
     return cp;
 }
 
-static void put_class_char(sbuf *e, uint32_t cp) {
+static void put_class_char(sbuf *e, uint32_t cp, const unsigned char *utf8, size_t len) {
     bool plain = (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9');
     if (plain) sb_printf(e, "%c", (char)cp);
     else if (cp < 0x100) sb_printf(e, "\\x%02X", (unsigned)cp);
     else if (cp < 0x10000) sb_printf(e, "\\u%04X", (unsigned)cp);
-    else sb_printf(e, "\\U%08X", (unsigned)cp);
+    else sb_putn(e, (const char *)utf8, len);          /* GBNF has no escape past U+FFFF */
 }
 
 typedef struct keyset {
@@ -767,9 +784,9 @@ static int gen_not_keys(ctx *c, const keyset *ks, size_t lo, size_t hi, size_t o
         }
         if (alts++) sb_puts(&b, " | ");
         sb_puts(&b, "[");
-        put_class_char(&b, cp);
+        put_class_char(&b, cp, p, len);
         sb_printf(&b, "] %s", sub);
-        put_class_char(&cls, cp);
+        put_class_char(&cls, cp, p, len);
         i = j;
     }
     if (!ends) {
@@ -979,6 +996,137 @@ static int gen_object(ctx *c, const json_t *s, const char *base, sbuf *e) {
     return rc;
 }
 
+/* ---- numbers ------------------------------------------------------------- */
+
+/* The integer rule's bound: at most 16 digits. */
+#define INT_LIMIT 9999999999999999LL
+
+/* One digit in [lo, hi], then `rest` free digits. */
+static void put_digits_free(sbuf *e, char lo, char hi, size_t rest) {
+    if (lo == hi) sb_printf(e, " \"%c\"", lo);
+    else sb_printf(e, " [%c-%c]", lo, hi);
+    if (rest == 1) sb_puts(e, " [0-9]");
+    else if (rest) sb_printf(e, " [0-9]{%zu}", rest);
+}
+
+/* Equal-length decimal strings from lo to hi (digit-wise, lo <= hi), n
+ * digits: a common leading digit, or lo's first digit then anything >=
+ * lo's rest, the digits in between then anything, hi's first digit then
+ * anything <= hi's rest (an end whose rest is 000.. or 999.. joins the
+ * middle). */
+static void put_digit_range(sbuf *e, const char *lo, const char *hi, size_t n) {
+    if (!n) return;
+    assert(lo[0] <= hi[0]);
+    size_t rest = n - 1;
+    bool lo_min = true, hi_max = true;        /* lo's rest is 0.., hi's rest is 9.. */
+    for (size_t i = 1; i < n; i++) lo_min &= lo[i] == '0', hi_max &= hi[i] == '9';
+    if (lo[0] == hi[0] && !(lo_min && hi_max)) {
+        sb_printf(e, " \"%c\"", lo[0]);
+        put_digit_range(e, lo + 1, hi + 1, rest);
+        return;
+    }
+    if (lo_min && hi_max) {
+        put_digits_free(e, lo[0], hi[0], rest);
+        return;
+    }
+    static const char nines[] = "9999999999999999", zeros[] = "0000000000000000";
+    assert(rest < sizeof nines);
+    char mid_lo = lo_min ? lo[0] : (char)(lo[0] + 1), mid_hi = hi_max ? hi[0] : (char)(hi[0] - 1);
+    const char *sep = "";
+    sb_puts(e, " (");
+    if (!lo_min) {
+        sb_printf(e, " \"%c\"", lo[0]);
+        put_digit_range(e, lo + 1, nines, rest);
+        sep = " |";
+    }
+    if (mid_lo <= mid_hi) {
+        sb_puts(e, sep);
+        put_digits_free(e, mid_lo, mid_hi, rest);
+        sep = " |";
+    }
+    if (!hi_max) {
+        sb_printf(e, "%s \"%c\"", sep, hi[0]);
+        put_digit_range(e, zeros, hi + 1, rest);
+    }
+    sb_puts(e, " )");
+}
+
+/* Decimal numbers without leading zeros in [a, b] (0 <= a <= b): one
+ * alternative per length (lengths past a's, up to the 16-digit limit,
+ * folded into one when b is that limit). */
+static void put_uint_range(sbuf *e, long long a, long long b) {
+    assert(0 <= a && a <= b && b <= INT_LIMIT);
+    char lo[24], hi[24];
+    int la = snprintf(lo, sizeof lo, "%lld", a), lb = snprintf(hi, sizeof hi, "%lld", b);
+    bool open = b == INT_LIMIT && lb > la;
+    if (open) lb = la;
+    sb_puts(e, "(");
+    long long p = 1;                            /* 10^(l-1) */
+    for (int l = 1; l < la; l++) p *= 10;
+    for (int l = la; l <= lb; l++, p *= 10) {
+        long long from = l == la ? a : p, to = l == lb && !open ? b : p * 10 - 1;
+        snprintf(lo, sizeof lo, "%lld", from);
+        snprintf(hi, sizeof hi, "%lld", to);
+        if (l > la) sb_puts(e, " |");
+        put_digit_range(e, lo, hi, (size_t)l);
+    }
+    if (open) sb_printf(e, " | [1-9] [0-9]{%d,15}", la);
+    sb_puts(e, " )");
+}
+
+/* A bound keyword as an integer bound: *v = the tightest integer allowed
+ * (ceil/floor, and one further in for exclusive bounds), clamped to what
+ * the integer rule can spell. */
+static int int_bound(ctx *c, const json_t *s, const char *kw, bool lower, long long *v) {
+    const json_t *j = json_object_get(s, kw);
+    if (!j) return 0;
+    if (!json_is_number(j)) return fail(c, "\"%s\" must be a number", kw);
+    double d = json_number_value(j), r = lower ? ceil(d) : floor(d);
+    bool exclusive = !strncmp(kw, "exclusive", 9);
+    if (exclusive && r == d) r += lower ? 1 : -1;
+    if (r > (double)INT_LIMIT) r = (double)INT_LIMIT + 1;      /* empty or clamped below */
+    if (r < -(double)INT_LIMIT) r = -(double)INT_LIMIT - 1;
+    long long x = (long long)r;
+    if (lower ? x > *v : x < *v) *v = x;
+    return 0;
+}
+
+/* Integers, within [minimum, maximum] when given: exact digit-wise rules. */
+static int gen_integer(ctx *c, const json_t *s, sbuf *e) {
+    if (!has_any(s, NUMBER_KW)) {
+        prim(c, e, P_INTEGER, "integer");
+        return 0;
+    }
+    long long lo = -INT_LIMIT, hi = INT_LIMIT;
+    if (int_bound(c, s, "minimum", true, &lo) || int_bound(c, s, "exclusiveMinimum", true, &lo) ||
+        int_bound(c, s, "maximum", false, &hi) || int_bound(c, s, "exclusiveMaximum", false, &hi))
+        return -1;
+    if (lo > hi || lo > INT_LIMIT || hi < -INT_LIMIT)
+        return fail(c, "no integer of at most 16 digits is within the bounds");
+    sb_puts(e, "( ");
+    if (lo < 0) {                               /* "-" and a magnitude in [max(1, -hi), -lo] */
+        sb_puts(e, "\"-\" ");
+        put_uint_range(e, hi < 0 ? -hi : 1, -lo);
+    }
+    if (hi >= 0) {
+        if (lo < 0) sb_puts(e, " | ");
+        put_uint_range(e, lo > 0 ? lo : 0, hi);
+    }
+    sb_puts(e, " ) ");
+    ws(c, e);
+    return 0;
+}
+
+/* Numbers: ranges over reals are not expressible digit-wise in a compact
+ * grammar here, so bounds on "number" are refused rather than dropped. */
+static int gen_number(ctx *c, const json_t *s, sbuf *e) {
+    for (const char *const *k = NUMBER_KW; *k; k++)
+        if (json_object_get(s, *k))
+            return fail(c, "unsupported keyword \"%s\" on a number (only integer bounds are supported)", *k);
+    prim(c, e, P_NUMBER, "number");
+    return 0;
+}
+
 /* One alternative per allowed type, each with that type's keywords. */
 static int gen_types(ctx *c, const json_t *s, const char *base, sbuf *e) {
     unsigned types;
@@ -1000,8 +1148,8 @@ static int gen_types(ctx *c, const json_t *s, const char *base, sbuf *e) {
         case T_OBJECT: rc = gen_object(c, s, base, e); break;
         case T_ARRAY: rc = gen_array(c, s, base, e); break;
         case T_STRING: rc = gen_string(c, s, e); break;
-        case T_NUMBER: prim(c, e, P_NUMBER, "number"); break;
-        case T_INTEGER: prim(c, e, P_INTEGER, "integer"); break;
+        case T_NUMBER: rc = gen_number(c, s, e); break;
+        case T_INTEGER: rc = gen_integer(c, s, e); break;
         case T_BOOLEAN: prim(c, e, P_BOOLEAN, "boolean"); break;
         case T_NULL: prim(c, e, P_NULL, "null"); break;
         default: assert(0);
@@ -1126,7 +1274,7 @@ int sp_schema_append_rules(const json_t *schema, const char *prefix, const char 
 
 char *sp_schema_to_gbnf(const char *text, size_t len, sp_err *err) {
     json_error_t je;
-    json_t *schema = json_loadb(text, len, 0, &je);
+    json_t *schema = json_loadb(text, len, JSON_DECODE_ANY, &je);
     if (!schema)
         return sp_err_set(err, "json_schema: invalid JSON at line %d, column %d: %s", je.line, je.column, je.text),
                NULL;
