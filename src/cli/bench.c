@@ -32,7 +32,8 @@ static const char bench_help[] =
     "                          template),\"max_tokens\"} per line; optional \"json_schema\"\n"
     "                          (an object) or \"grammar\" (GBNF) constrains that prompt's output\n"
     "                          (structured output: the tokens the grammar forces are drafted by\n"
-    "                          every method; method 'forced' drafts only those)\n"
+    "                          every method; method 'forced' drafts only those, and\n"
+    "                          METHOD:nf is METHOD without them, to compare in one run)\n"
     "      --no-forced-spans   under a grammar, methods draft only their drafter's tokens\n"
     "      --methods LIST      comma-separated, e.g. plain,ngram,suffix,ngram+draft (default\n"
     "                          plain,ngram); A+B tries A, then B when A proposes nothing\n"
@@ -428,6 +429,7 @@ static int parse_methods(const char *s, bench_opts *o) {
 
 int sp_cmd_bench(int argc, char **argv) {
     sp_engine_opts eo = { 0 };
+    bool forced[MAX_METHODS] = { false };       /* methods that draft grammar-forced spans */
     bench_opts o = { .prompts_path = "bench/prompts.jsonl", .repeats = 3, .warmup = 1,
                      .draft_max = SP_DRAFT_ADAPTIVE, .seed = 1 };
     sp_spec_cli_init(&o.spec);
@@ -469,9 +471,16 @@ int sp_cmd_bench(int argc, char **argv) {
 
     sp_err err;
     sp_drafter *drafters[MAX_METHODS] = { 0 };
-    for (int m = 1; m < o.n_methods; m++)
-        if (strcmp(o.methods[m], "forced") && sp_drafter_check_name(o.methods[m], &err))
+    char drafter_names[MAX_METHODS][64];
+    for (int m = 1; m < o.n_methods; m++) {
+        /* "M:nf" is M without grammar-forced spans */
+        const char *name = o.methods[m];
+        const size_t len = strlen(name);
+        forced[m] = !(len > 3 && !strcmp(name + len - 3, ":nf"));
+        snprintf(drafter_names[m], sizeof drafter_names[m], "%.*s", (int)(forced[m] ? len : len - 3), name);
+        if (strcmp(drafter_names[m], "forced") && sp_drafter_check_name(drafter_names[m], &err))
             return sp_usage_error("bench", "--methods: %s", err.msg);
+    }
     o.draft_max = o.spec.draft_max;
     if (!eo.ctx) eo.ctx = 8192;
     sp_engine e;
@@ -483,7 +492,7 @@ int sp_cmd_bench(int argc, char **argv) {
     sp_tokens warm = { 0 };
     if (sp_engine_open(&eo, &e, &err)) { fprintf(stderr, "specula bench: %s\n", err.msg); goto out_free; }
     for (int m = 1; m < o.n_methods; m++)
-        if (strcmp(o.methods[m], "forced") && !(drafters[m] = sp_engine_drafter(&e, o.methods[m], &o.spec, &err)))
+        if (strcmp(drafter_names[m], "forced") && !(drafters[m] = sp_engine_drafter(&e, drafter_names[m], &o.spec, &err)))
             goto fail;
     if (load_prompts(&o, &e, ps, &np, &err)) goto fail;
     /* t(K): the adaptive length needs it, and draft-c is measured against t(1) */
@@ -494,7 +503,7 @@ int sp_cmd_bench(int argc, char **argv) {
     for (int w = 0; w < o.warmup; w++)
         for (int m = 0; m < o.n_methods; m++) {
             sp_spec_stats st;
-            if (run_once(&e, drafters[m], m > 0, &o, &warm, NULL, 16, &st, NULL, &err)) goto fail;
+            if (run_once(&e, drafters[m], forced[m], &o, &warm, NULL, 16, &st, NULL, &err)) goto fail;
         }
 
     res = sp_xcalloc((size_t)np * nm, sizeof *res);
@@ -512,7 +521,7 @@ int sp_cmd_bench(int argc, char **argv) {
                 result *R = &res[i * nm + m];
                 sp_spec_stats st;
                 sp_tokens out = { 0 };
-                if (run_once(&e, drafters[m], m > 0, &o, &ps[i].toks, ps[i].grammar, ps[i].max_tokens, &st, &out,
+                if (run_once(&e, drafters[m], forced[m], &o, &ps[i].toks, ps[i].grammar, ps[i].max_tokens, &st, &out,
                              &err))
                     goto fail;
                 R->tps[r] = sp_stats_decode_tps(&st);

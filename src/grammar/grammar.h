@@ -125,6 +125,15 @@ size_t sp_gmatch_forced_text(sp_gmatch *m, char *buf, size_t cap);
  * (at most cap). */
 int sp_gmatch_forced(sp_gmatch *m, int32_t *out, int cap);
 
+/* tok is an end-of-generation token (what sp_gmatch_forced gives when the
+ * grammar must end). */
+bool sp_gmatch_is_end(const sp_gmatch *m, int32_t tok);
+/* The forced tokens after prefix[0..n_prefix) (tokens not yet emitted: a
+ * drafter's proposal), as sp_gmatch_forced would give them once the
+ * prefix is accepted; 0 if the grammar forbids the prefix.  The matcher
+ * is unchanged. */
+int sp_gmatch_forced_after(sp_gmatch *m, const int32_t *prefix, int n_prefix, int32_t *out, int cap);
+
 typedef struct sp_gmatch_stats {
     int64_t masks;                   /* masks asked for */
     int64_t mask_misses;             /* of those, computed (not from the cache) */

@@ -308,3 +308,20 @@ int sp_gmatch_forced(sp_gmatch *m, int32_t *out, int cap) {
     sp_tokens_free(&toks);
     return n;
 }
+
+int sp_gmatch_forced_after(sp_gmatch *m, const int32_t *prefix, int n_prefix, int32_t *out, int cap) {
+    assert(m->v);
+    if (!m->v) return 0;
+    /* the state is a value: advance it in place, ask, put it back */
+    const sp_gstate save = m->st;
+    int n = 0;
+    int i = 0;
+    while (i < n_prefix && sp_gm_state_accept_token(m, &m->st, prefix[i])) i++;
+    if (i == n_prefix) n = sp_gmatch_forced(m, out, cap);
+    m->st = save;
+    return n;
+}
+
+bool sp_gmatch_is_end(const sp_gmatch *m, int32_t tok) {
+    return m->v && tok >= 0 && tok < m->v->n_vocab && m->v->kind[tok] == SP_GV_EOG;
+}

@@ -53,11 +53,12 @@ struct sp_seq {
     float *mrow;                 /* (n_vocab) a logit row under the grammar's mask */
     int32_t *backlog;            /* emitted tokens the draft has not been fed (after forced rounds) */
     int n_back, cap_back;
-    int32_t forced[SP_MAX_DRAFT];  /* a forced span, then the draft's chained proposal */
-    bool forced_round;           /* the round verifies a grammar-forced span... */
-    bool ahead;                  /* ...and the draft was asked to continue it (propose_ahead) */
-    int n_chain;                 /* tokens the draft chained after the span */
-    const char *chain_by;
+    /* A proposal the grammar takes part in, in `chain`: nf forced tokens
+     * (the draft not asked), nd of the draft's, nt forced after those. */
+    int32_t chain[SP_MAX_DRAFT];
+    int nf, nd, nt;
+    bool ahead;                  /* the draft continued the forced span (propose_ahead) */
+    const char *d_by;            /* the draft's name for its part */
     int32_t gtok[SP_MAX_DRAFT];  /* a proposal filtered by the grammar */
     int32_t gpar[SP_MAX_DRAFT];
     sp_finish finish;
@@ -254,67 +255,86 @@ static int grammar_accept(sp_seq *q, int32_t tok, sp_err *err) {
 
 static int draft_budget(const sp_seq *q, int pass_rows, double pass_tokens);
 
-/* The draft's proposal after a forced span of n tokens, for a draft that
- * can continue a context it has not absorbed; appended to q->forced.  The
- * draft is fed everything emitted so far. */
-static int chain_after(sp_seq *q, int n, int cap, int pass_rows, double pass_tokens, sp_err *err) {
-    int budget = draft_budget(q, pass_rows + n + 1, pass_tokens + n + 1);
-    if (budget > cap - n) budget = cap - n;
+/* The room a proposal has: SP_MAX_DRAFT, max_tokens and the cache. */
+static int proposal_cap(const sp_seq *q) {
+    int cap = SP_MAX_DRAFT;
+    const int left = q->cfg.max_tokens - (int)q->st.emitted - 1;   /* the round emits up to n + 1 */
+    const int room = q->kv->n_ctx - q->kv->n - 1;
+    if (cap > left) cap = left;
+    if (cap > room) cap = room;
+    return cap < 0 ? 0 : cap;
+}
+
+/* The grammar's forced tokens once chain[0..at) is accepted, written
+ * after it (at most cap - at); returns how many.  The span's last token
+ * ends where the grammar branches, so the model may well spell that text
+ * merged with what follows (`"` + `:` as `":`): it is left to the drafter
+ * and the model.  An end-of-generation token is certain. */
+static int forced_at(sp_seq *q, int at, int cap) {
+    if (at >= cap) return 0;
+    const uint64_t t0 = sp_now_ns();
+    int n = at ? sp_gmatch_forced_after(q->gm, q->chain, at, q->chain + at, cap - at)
+               : sp_gmatch_forced(q->gm, q->chain, cap);
+    if (n > 0 && !sp_gmatch_is_end(q->gm, q->chain[at + n - 1])) n--;
+    q->st.mask_ns += sp_now_ns() - t0;
+    return n;
+}
+
+/* The draft's proposal after the forced span chain[0..nf), for a draft
+ * that can continue a context it has not absorbed: it is fed everything
+ * emitted so far and its chain goes to chain[nf..). */
+static int draft_after_span(sp_seq *q, int cap, int pass_rows, double pass_tokens, sp_err *err) {
+    int budget = draft_budget(q, pass_rows + q->nf + 1, pass_tokens + q->nf + 1);
+    if (budget > cap - q->nf) budget = cap - q->nf;
     if (budget <= 0) return 0;
     backlog_push(q, &q->pending, 1);
     const uint64_t t0 = sp_now_ns();
     sp_proposal d;
-    const int rc = sp_draft_propose_ahead(q->draft, q->backlog, q->n_back, q->forced, n, budget, &d, err);
+    const int rc = sp_draft_propose_ahead(q->draft, q->backlog, q->n_back, q->chain, q->nf, budget, &d, err);
     q->n_back = 0;
     q->ahead = true;
     const uint64_t dt = sp_now_ns() - t0;
     q->st.draft_ns += dt;
     if (rc) return -1;
     sp_adapt_draft_cost(&q->adapt, budget, sp_ns_to_s(dt > d.absorb_ns ? dt - d.absorb_ns : 0));
-    memcpy(q->forced + n, d.tokens, (size_t)d.n * sizeof(int32_t));
-    q->n_chain = d.n;
-    q->chain_by = d.by;
+    memcpy(q->chain + q->nf, d.tokens, (size_t)d.n * sizeof(int32_t));
+    /* the draft's tokens are guesses: the grammar checks them too */
+    const uint64_t t1 = sp_now_ns();
+    const int ok = sp_gmatch_check(q->gm, q->chain, q->nf + d.n);
+    q->st.mask_ns += sp_now_ns() - t1;
+    q->nd = ok > q->nf ? ok - q->nf : 0;
+    q->d_by = d.by;
     return 0;
 }
 
-/* The tokens the grammar forces after the pending token, proposed as
- * drafts without asking the draft; a draft that can continue past them
+/* Where the grammar forces the next tokens, they are the proposal, drafted
+ * without asking the draft; a draft that can continue past them
  * (propose_ahead) chains its proposal after them, any other is fed them
  * after the round.  Returns the proposal's length (0: the grammar
- * branches here), or -1 + err. */
+ * branches here and the draft proposes as usual), or -1 + err. */
 static int forced_span(sp_seq *q, int pass_rows, double pass_tokens, sp_err *err) {
-    q->forced_round = q->ahead = false;
-    q->n_chain = 0;
     if (!q->cfg.forced_spans || !constrained(q) || sp_gmatch_ended(q->gm)) return 0;
-    int cap = SP_MAX_DRAFT;
-    const int left = q->cfg.max_tokens - (int)q->st.emitted - 1;
-    const int room = q->kv->n_ctx - q->kv->n - 1;
-    if (cap > left) cap = left;
-    if (cap > room) cap = room;
-    if (cap <= 0) return 0;
-    const uint64_t t0 = sp_now_ns();
-    int n = sp_gmatch_forced(q->gm, q->forced, cap);
-    /* The span's last token ends where the grammar branches, so the model
-     * may well spell that text merged with what follows (`"` + `:` as
-     * `":`): it is left to the drafter and the model.  An end-of-generation
-     * token is a span of its own and certain. */
-    if (n > 0 && !(n == 1 && sp_gmatch_must_end(q->gm))) n--;
-    q->st.mask_ns += sp_now_ns() - t0;
-    if (n <= 0) return 0;
-    q->forced_round = true;
-    if (q->draft && q->draft->drafter->ops->propose_ahead) {
-        if (chain_after(q, n, cap, pass_rows, pass_tokens, err)) return -1;
-        /* the chained tokens are the draft's guesses: check them too */
-        if (q->n_chain) {
-            const uint64_t t1 = sp_now_ns();
-            const int ok = sp_gmatch_check(q->gm, q->forced, n + q->n_chain);
-            q->n_chain = ok > n ? ok - n : 0;
-            q->st.mask_ns += sp_now_ns() - t1;
-        }
-    }
+    const int cap = proposal_cap(q);
+    if ((q->nf = forced_at(q, 0, cap)) == 0) return 0;
+    if (q->draft && q->draft->drafter->ops->propose_ahead &&
+        draft_after_span(q, cap, pass_rows, pass_tokens, err))
+        return -1;
     if (q->draft && !q->ahead) backlog_push(q, &q->pending, 1);
-    q->prop = (sp_proposal){ .n = n + q->n_chain, .tokens = q->forced, .by = "grammar" };
-    return n + q->n_chain;
+    q->prop = (sp_proposal){ .n = q->nf + q->nd, .tokens = q->chain, .by = "grammar" };
+    return q->prop.n;
+}
+
+/* After a draft's chain, the tokens the grammar forces there join the
+ * proposal (the draft learns them with its next feed).  Not for trees,
+ * draft distributions or drafts that read taps (those must be committed
+ * exactly the rows of their own proposal). */
+static void forced_tail(sp_seq *q, sp_proposal *prop) {
+    if (!q->cfg.forced_spans || !constrained(q) || prop->n == 0 || prop->parent || prop->q || q->n_taps)
+        return;
+    if (prop->tokens != q->chain) memcpy(q->chain, prop->tokens, (size_t)prop->n * sizeof(int32_t));
+    q->nt = forced_at(q, prop->n, proposal_cap(q));
+    prop->tokens = q->chain;
+    prop->n += q->nt;
 }
 
 /* Cuts a draft's proposal where the grammar forbids a token: a chain at
@@ -436,19 +456,22 @@ int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_f
         return 0;
     }
     if (q->kv->n >= q->kv->n_ctx) { set_done(q, SP_FINISH_CONTEXT); return 0; }
+    q->nf = q->nd = q->nt = 0;
+    q->ahead = false;
     int n = forced_span(q, pass_rows, pass_tokens, err);
     if (n < 0) return -1;
-    if (n > 0) {
-        const int nf = n - q->n_chain;                   /* forced tokens are all but certain */
-        q->planned_tokens = nf + sp_adapt_expected(&q->adapt, q->n_chain);
-    } else {
+    if (n == 0) {
         const int budget = draft_budget(q, pass_rows, pass_tokens);
         q->idle_rounds = budget > 0 ? 0 : q->idle_rounds + 1;
         if (propose(q, budget, &q->prop, err) < 0) return -1;
         grammar_filter(q, &q->prop);
-        n = q->prop.n;
-        q->planned_tokens = sp_adapt_expected(&q->adapt, n);
+        q->nd = q->prop.n;
+        q->d_by = q->prop.by;
     }
+    if (q->nd) forced_tail(q, &q->prop);
+    n = q->prop.n;
+    /* forced tokens are all but certain; the draft's part as the controller expects */
+    q->planned_tokens = q->nf + sp_adapt_expected(&q->adapt, q->nd) + (q->nt ? 0.5 * q->nt : 0.0);
     q->n_draft = n;
     q->base = q->kv->n;          /* slot and position of the pending token */
     q->window[0] = q->pending;
@@ -585,59 +608,56 @@ static int finish_round(sp_seq *q, sp_err *err) {
     q->pending = tok;
     q->st.sample_ns += sp_now_ns() - t1;
 
-    const int nf = q->forced_round ? n - q->n_chain : 0;   /* the forced part of the proposal */
-    if (q->forced_round) {
-        const int kf = k < nf ? k : nf;
-        sp_stats_method(&q->st, "grammar", nf, kf);
-        q->st.forced_drafted += nf;
-        q->st.forced_accepted += kf;
-        if (q->n_chain) sp_stats_method(&q->st, q->chain_by, q->n_chain, k - kf);
-    } else if (n > 0) {
-        sp_stats_method(&q->st, q->prop.by, n, k);
+    /* the proposal's parts: nf forced, nd the draft's, nt forced after (a
+     * plain draft proposal is all nd) and what was accepted of each */
+    const int nf = q->nf, nd = q->nd, nt = q->nt;
+    assert(nf + nd + nt == n);
+    const int kf = k < nf ? k : nf;
+    const int kd = k - kf < nd ? k - kf : nd;
+    const int kt = k - kf - kd;
+    if (nf + nt) {
+        sp_stats_method(&q->st, "grammar", nf + nt, kf + kt);
+        q->st.forced_drafted += nf + nt;
+        q->st.forced_accepted += kf + kt;
     }
+    if (nd) sp_stats_method(&q->st, q->d_by, nd, kd);
     if (q->draft && (n > 0 || q->n_taps)) {
         const sp_taps *verified = q->n_taps ? kept_taps(q, keep, n_cached) : NULL;
         uint64_t t2 = sp_now_ns();
-        if (q->ahead)            /* it counts over the span and its own chain */
-            q->draft->drafter->ops->commit(q->draft, n, k, NULL, verified);
-        else if (q->forced_round) {
+        if (q->ahead) {
+            /* it counts over the span and its own chain */
+            q->draft->drafter->ops->commit(q->draft, nf + nd, kf + kd, NULL, verified);
+        } else if (nf) {
             /* not asked: a draft that reads taps still gets every verified
-             * row, and every draft learns the accepted span with its next feed */
+             * row, and it learns the accepted span with its next feed */
             if (q->n_taps) q->draft->drafter->ops->commit(q->draft, 0, 0, NULL, verified);
-            backlog_push(q, q->forced, k);
-        } else
-            q->draft->drafter->ops->commit(q->draft, n, k, q->prop.parent ? path : NULL, verified);
+            backlog_push(q, q->chain, kf);
+        } else {
+            q->draft->drafter->ops->commit(q->draft, nd, kd, q->prop.parent ? path : NULL, verified);
+        }
+        if (kt) backlog_push(q, q->chain + nf + nd, kt);   /* the forced tail it was not told */
         q->st.draft_ns += sp_now_ns() - t2;
     }
     q->st.rounds++;
-    if (q->forced_round) {
+    if (n > 0) {
         q->st.spec_rounds++;
         q->st.drafted += n;
         q->st.accepted += k;
-        /* the chained proposal, judged where the span was all accepted */
-        if (q->n_chain && k >= nf) {
-            for (int d = 0; d < q->n_chain && d < SP_STAT_POSITIONS; d++) {
-                q->st.pos_drafted[d]++;
-                if (d < k - nf) q->st.pos_accepted[d]++;
-            }
-            sp_adapt_observe(&q->adapt, q->n_chain, k - nf);
-        }
-    } else if (n > 0) {
-        /* per depth: was there a draft token at depth d, and was one accepted */
+    }
+    if (nd > 0 && kf == nf) {
+        /* the draft's part, judged where it had its chance: per depth, was
+         * there a draft token at depth d, and was one accepted */
         int max_depth = 0, depth[SP_MAX_DRAFT + 1];
         depth[0] = 0;
-        for (int j = 1; j <= n; j++) {
+        for (int j = 1; j <= nd; j++) {
             depth[j] = q->prop.parent ? depth[q->wparent[j]] + 1 : j;
             if (depth[j] > max_depth) max_depth = depth[j];
         }
-        q->st.spec_rounds++;
-        q->st.drafted += n;
-        q->st.accepted += k;
         for (int d = 0; d < max_depth && d < SP_STAT_POSITIONS; d++) {
             q->st.pos_drafted[d]++;
-            if (d < k) q->st.pos_accepted[d]++;
+            if (d < kd) q->st.pos_accepted[d]++;
         }
-        sp_adapt_observe(&q->adapt, q->prop.parent ? max_depth : n, k);
+        sp_adapt_observe(&q->adapt, q->prop.parent ? max_depth : nd, kd);
     }
     if (dead) return -1;                 /* err says why; the engine ends the sequence */
     if (q->finish) set_done(q, q->finish);

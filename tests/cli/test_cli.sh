@@ -140,6 +140,31 @@ printf '{"id": "x", "category": "c", "messages": "nope", "max_tokens": 4}\n' > "
 check "bench rejects a malformed prompt line with its line number" bash -c "[ $rc -eq 1 ] && grep -q 'bad.jsonl:1: expected' $tmp/e"
 "$BIN" bench --methods plain,bogus >/dev/null 2>&1; check "bench unknown method exits 2" test $? -eq 2
 
+# structured output: run with a grammar or a JSON schema, the errors, and a
+# bench line with a json_schema (forced spans counted, lossless)
+out=$("$BIN" run -m smollm2-135m --chat -p "Is the sky blue? Answer yes or no." --temp 0 -n 8 -q \
+      --grammar 'root ::= "yes" | "no"' 2>/dev/null)
+check "run --grammar: the output is one of the grammar's sentences ($out)" bash -c "[ '$out' = yes ] || [ '$out' = no ]"
+echo '{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},"required":["name","age"]}' > "$tmp/s.json"
+"$BIN" run -m smollm2-135m --chat -p "Tom is 34. Give his name and age as JSON." --temp 0 -n 40 -q \
+    --json-schema-file "$tmp/s.json" --spec suffix > "$tmp/o.json" 2>"$tmp/e"; rc=$?
+check "run --json-schema-file --spec suffix: exits 0 and prints JSON with name and age" \
+    python3 -c "import json,sys; d=json.load(open('$tmp/o.json')); sys.exit(0 if $rc == 0 and isinstance(d['name'], str) and isinstance(d['age'], int) else 1)"
+"$BIN" run -m smollm2-135m -p x --grammar 'root ::= "a" (' >/dev/null 2>"$tmp/e"; rc=$?
+check "run: a bad grammar exits 1 naming line and column" bash -c "[ $rc -eq 1 ] && grep -q 'grammar: line 1, column' $tmp/e"
+"$BIN" run -m smollm2-135m -p x -j '{"type":"string","pattern":"a+"}' >/dev/null 2>"$tmp/e"; rc=$?
+check "run: an unsupported schema keyword exits 1 naming it" bash -c "[ $rc -eq 1 ] && grep -q 'unsupported keyword \"pattern\"' $tmp/e"
+"$BIN" run -p x --grammar 'root ::= "a"' -j '{}' >/dev/null 2>&1; check "run: two grammar sources exit 2" test $? -eq 2
+"$BIN" run -p x --spec forced >/dev/null 2>&1; check "run --spec forced without a grammar exits 2" test $? -eq 2
+cat > "$tmp/sp.jsonl" <<'JSONL'
+{"id": "ex", "category": "extract", "max_tokens": 48, "messages": [{"role": "user", "content": "Extract the city and the year as JSON: the fair moved to Lyon in 1998."}], "json_schema": {"type": "object", "properties": {"city": {"type": "string"}, "year": {"type": "integer"}}, "required": ["city", "year"], "additionalProperties": false}}
+JSONL
+"$BIN" bench -m smollm2-135m --prompts "$tmp/sp.jsonl" --methods plain,forced,ngram --repeats 1 --warmup 0 > "$tmp/b.txt" 2>/dev/null; rc=$?
+check "bench with a json_schema line: lossless, forced spans counted" bash -c "[ $rc -eq 0 ] && grep -qE '^overall *forced .* yes ' $tmp/b.txt && grep -qE '^# grammar forced: forced [1-9][0-9]* of' $tmp/b.txt && grep -qE '^# grammar plain: forced 0 of' $tmp/b.txt"
+printf '{"id": "x", "category": "c", "prompt": "a", "max_tokens": 4, "json_schema": {"type": "bogus"}}\n' > "$tmp/bad.jsonl"
+"$BIN" bench -m smollm2-135m --prompts "$tmp/bad.jsonl" > /dev/null 2>"$tmp/e"; rc=$?
+check "bench rejects a bad json_schema naming the prompt" bash -c "[ $rc -eq 1 ] && grep -q \"prompt 'x'\" $tmp/e"
+
 # perplexity on the first chunk, against llama.cpp's value (tests/data/perplexity-reference.json)
 ref_chunk0() { python3 -c "import json,sys; d=json.load(open('tests/data/perplexity-reference.json')); print([m for m in d['models'] if m['key']==sys.argv[1]][0]['chunks'][0]['ppl'])" "$1"; }
 for m in smollm2-135m gemma3-270m; do
