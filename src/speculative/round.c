@@ -15,6 +15,8 @@
 
 #define SP_SHADOW_MAX 8          /* shadow proposals measure acceptance while not drafting */
 
+enum { SRC_FORCED = 0, SRC_DRAFT = 1 };
+
 typedef enum { SEQ_PREFILL, SEQ_DECODE, SEQ_DONE } seq_state;
 
 struct sp_seq {
@@ -53,12 +55,17 @@ struct sp_seq {
     float *mrow;                 /* (n_vocab) a logit row under the grammar's mask */
     int32_t *backlog;            /* emitted tokens the draft has not been fed (after forced rounds) */
     int n_back, cap_back;
-    /* A proposal the grammar takes part in, in `chain`: nf forced tokens
-     * (the draft not asked), nd of the draft's, nt forced after those. */
+    /* A proposal the grammar takes part in: forced spans and the draft's
+     * continuations, alternating, in `chain` (src says whose each token is). */
     int32_t chain[SP_MAX_DRAFT];
-    int nf, nd, nt;
-    bool ahead;                  /* the draft continued the forced span (propose_ahead) */
-    const char *d_by;            /* the draft's name for its part */
+    uint8_t src[SP_MAX_DRAFT];   /* SRC_FORCED or SRC_DRAFT */
+    int n_chain;                 /* 0 = the round's proposal is the draft's own (prop) */
+    bool fed;                    /* the draft was fed this round's emitted tokens */
+    bool ahead;                  /* the draft continued the chain (propose_ahead): it commits
+                                    over chain[0..n_known) */
+    int n_known;
+    int d1_at, nd1;              /* the draft's first part of the chain (for the controller) */
+    const char *d_by;            /* the draft's name */
     int32_t gtok[SP_MAX_DRAFT];  /* a proposal filtered by the grammar */
     int32_t gpar[SP_MAX_DRAFT];
     sp_finish finish;
@@ -265,76 +272,122 @@ static int proposal_cap(const sp_seq *q) {
     return cap < 0 ? 0 : cap;
 }
 
-/* The grammar's forced tokens once chain[0..at) is accepted, written
- * after it (at most cap - at); returns how many.  The span's last token
- * ends where the grammar branches, so the model may well spell that text
- * merged with what follows (`"` + `:` as `":`): it is left to the drafter
- * and the model.  An end-of-generation token is certain. */
-static int forced_at(sp_seq *q, int at, int cap) {
+static void chain_push(sp_seq *q, const int32_t *t, int n, uint8_t src) {
+    assert(q->n_chain + n <= SP_MAX_DRAFT);
+    if (t != q->chain + q->n_chain) memmove(q->chain + q->n_chain, t, (size_t)n * sizeof(int32_t));
+    memset(q->src + q->n_chain, src, (size_t)n);
+    q->n_chain += n;
+}
+
+/* Appends the tokens the grammar forces after the chain (at most up to
+ * cap); returns how many.  The span's last token ends where the grammar
+ * branches, so the model may well spell that text merged with what
+ * follows (`"` + `:` as `":`): it is left to the drafter and the model.
+ * An end-of-generation token is certain. */
+static int chain_forced(sp_seq *q, int cap) {
+    const int at = q->n_chain;
     if (at >= cap) return 0;
     const uint64_t t0 = sp_now_ns();
     int n = at ? sp_gmatch_forced_after(q->gm, q->chain, at, q->chain + at, cap - at)
                : sp_gmatch_forced(q->gm, q->chain, cap);
     if (n > 0 && !sp_gmatch_is_end(q->gm, q->chain[at + n - 1])) n--;
     q->st.mask_ns += sp_now_ns() - t0;
+    chain_push(q, q->chain + at, n, SRC_FORCED);
     return n;
 }
 
-/* The draft's proposal after the forced span chain[0..nf), for a draft
- * that can continue a context it has not absorbed: it is fed everything
- * emitted so far and its chain goes to chain[nf..). */
-static int draft_after_span(sp_seq *q, int cap, int pass_rows, double pass_tokens, sp_err *err) {
-    int budget = draft_budget(q, pass_rows + q->nf + 1, pass_tokens + q->nf + 1);
-    if (budget > cap - q->nf) budget = cap - q->nf;
-    if (budget <= 0) return 0;
-    backlog_push(q, &q->pending, 1);
+/* Asks the draft to continue the chain (propose_ahead: the chain is
+ * context it does not absorb), feeding it this round's tokens on the
+ * first ask; appends what the grammar allows of its proposal.  Returns
+ * how many it added, or -1 + err. */
+static int chain_draft(sp_seq *q, int max_n, sp_err *err) {
+    const int32_t *feed = NULL;
+    int n_feed = 0;
+    if (!q->fed) {
+        backlog_push(q, &q->pending, 1);
+        feed = q->backlog;
+        n_feed = q->n_back;
+        q->fed = true;
+    }
     const uint64_t t0 = sp_now_ns();
     sp_proposal d;
-    const int rc = sp_draft_propose_ahead(q->draft, q->backlog, q->n_back, q->chain, q->nf, budget, &d, err);
+    const int rc = sp_draft_propose_ahead(q->draft, feed, n_feed, q->chain, q->n_chain, max_n, &d, err);
     q->n_back = 0;
-    q->ahead = true;
     const uint64_t dt = sp_now_ns() - t0;
     q->st.draft_ns += dt;
     if (rc) return -1;
-    sp_adapt_draft_cost(&q->adapt, budget, sp_ns_to_s(dt > d.absorb_ns ? dt - d.absorb_ns : 0));
-    memcpy(q->chain + q->nf, d.tokens, (size_t)d.n * sizeof(int32_t));
-    /* the draft's tokens are guesses: the grammar checks them too */
+    sp_adapt_draft_cost(&q->adapt, max_n, sp_ns_to_s(dt > d.absorb_ns ? dt - d.absorb_ns : 0));
+    q->ahead = true;
+    const int at = q->n_chain;
+    memcpy(q->chain + at, d.tokens, (size_t)d.n * sizeof(int32_t));
     const uint64_t t1 = sp_now_ns();
-    const int ok = sp_gmatch_check(q->gm, q->chain, q->nf + d.n);
+    const int ok = sp_gmatch_check(q->gm, q->chain, at + d.n) - at;   /* the draft's guesses, checked */
     q->st.mask_ns += sp_now_ns() - t1;
-    q->nd = ok > q->nf ? ok - q->nf : 0;
+    const int n = ok > 0 ? ok : 0;
+    chain_push(q, q->chain + at, n, SRC_DRAFT);
+    q->n_known = q->n_chain;
+    if (n && !q->nd1) {
+        q->d1_at = at;
+        q->nd1 = n;
+    }
     q->d_by = d.by;
+    return n;
+}
+
+/* Alternates the draft's continuation and the grammar's forced span while
+ * both add tokens, within the draft's budget and the cap. */
+static int chain_extend(sp_seq *q, int budget, int cap, sp_err *err) {
+    while (budget > 0 && q->n_chain < cap) {
+        const int d = chain_draft(q, budget < cap - q->n_chain ? budget : cap - q->n_chain, err);
+        if (d < 0) return -1;
+        if (d == 0) break;
+        budget -= d;
+        if (chain_forced(q, cap) == 0) break;
+    }
     return 0;
 }
 
-/* Where the grammar forces the next tokens, they are the proposal, drafted
- * without asking the draft; a draft that can continue past them
- * (propose_ahead) chains its proposal after them, any other is fed them
- * after the round.  Returns the proposal's length (0: the grammar
- * branches here and the draft proposes as usual), or -1 + err. */
+/* The draft may continue a chain it has not absorbed (and is committed
+ * exactly its own rows otherwise: tap readers are not). */
+static bool can_chain(const sp_seq *q) {
+    return q->draft && q->draft->drafter->ops->propose_ahead && !q->n_taps;
+}
+
+/* Where the grammar forces the next tokens, they open the proposal with no
+ * drafter call; a draft that can continue past them chains its proposal
+ * after them (then the grammar's span after that, and so on); any other
+ * is fed them after the round.  Returns the proposal's length (0: the
+ * grammar branches here and the draft proposes as usual), or -1 + err. */
 static int forced_span(sp_seq *q, int pass_rows, double pass_tokens, sp_err *err) {
     if (!q->cfg.forced_spans || !constrained(q) || sp_gmatch_ended(q->gm)) return 0;
     const int cap = proposal_cap(q);
-    if ((q->nf = forced_at(q, 0, cap)) == 0) return 0;
-    if (q->draft && q->draft->drafter->ops->propose_ahead &&
-        draft_after_span(q, cap, pass_rows, pass_tokens, err))
-        return -1;
-    if (q->draft && !q->ahead) backlog_push(q, &q->pending, 1);
-    q->prop = (sp_proposal){ .n = q->nf + q->nd, .tokens = q->chain, .by = "grammar" };
-    return q->prop.n;
+    if (chain_forced(q, cap) == 0) return 0;
+    if (can_chain(q)) {
+        const int nf = q->n_chain;
+        if (chain_extend(q, draft_budget(q, pass_rows + nf + 1, pass_tokens + nf + 1), cap, err)) return -1;
+    }
+    if (q->draft && !q->fed) backlog_push(q, &q->pending, 1);
+    q->prop = (sp_proposal){ .n = q->n_chain, .tokens = q->chain, .by = "grammar" };
+    return q->n_chain;
 }
 
-/* After a draft's chain, the tokens the grammar forces there join the
- * proposal (the draft learns them with its next feed).  Not for trees,
- * draft distributions or drafts that read taps (those must be committed
- * exactly the rows of their own proposal). */
-static void forced_tail(sp_seq *q, sp_proposal *prop) {
+/* After a draft's own chain, the grammar's forced span there, and (for a
+ * draft that can) its continuation after that, alternating.  Not for
+ * trees or draft distributions. */
+static int forced_after_draft(sp_seq *q, sp_proposal *prop, int budget, sp_err *err) {
     if (!q->cfg.forced_spans || !constrained(q) || prop->n == 0 || prop->parent || prop->q || q->n_taps)
-        return;
-    if (prop->tokens != q->chain) memcpy(q->chain, prop->tokens, (size_t)prop->n * sizeof(int32_t));
-    q->nt = forced_at(q, prop->n, proposal_cap(q));
+        return 0;
+    const int cap = proposal_cap(q);
+    q->fed = true;                               /* propose fed it */
+    q->d1_at = 0;
+    q->nd1 = prop->n;
+    q->n_known = prop->n;                        /* its own proposal, before any propose_ahead */
+    q->d_by = prop->by;
+    chain_push(q, prop->tokens, prop->n, SRC_DRAFT);
+    if (chain_forced(q, cap) && can_chain(q) && chain_extend(q, budget - prop->n, cap, err)) return -1;
     prop->tokens = q->chain;
-    prop->n += q->nt;
+    prop->n = q->n_chain;
+    return 0;
 }
 
 /* Cuts a draft's proposal where the grammar forbids a token: a chain at
@@ -456,8 +509,9 @@ int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_f
         return 0;
     }
     if (q->kv->n >= q->kv->n_ctx) { set_done(q, SP_FINISH_CONTEXT); return 0; }
-    q->nf = q->nd = q->nt = 0;
-    q->ahead = false;
+    q->n_chain = q->n_known = q->nd1 = q->d1_at = 0;
+    q->fed = q->ahead = false;
+    q->d_by = NULL;
     int n = forced_span(q, pass_rows, pass_tokens, err);
     if (n < 0) return -1;
     if (n == 0) {
@@ -465,13 +519,15 @@ int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_f
         q->idle_rounds = budget > 0 ? 0 : q->idle_rounds + 1;
         if (propose(q, budget, &q->prop, err) < 0) return -1;
         grammar_filter(q, &q->prop);
-        q->nd = q->prop.n;
-        q->d_by = q->prop.by;
+        if (forced_after_draft(q, &q->prop, budget, err)) return -1;
+        n = q->prop.n;
+        q->planned_tokens = sp_adapt_expected(&q->adapt, n);
+    } else {
+        /* forced tokens are all but certain; the draft's as the controller expects */
+        int nf = 0;
+        for (int i = 0; i < n; i++) nf += q->src[i] == SRC_FORCED;
+        q->planned_tokens = nf + sp_adapt_expected(&q->adapt, n - nf);
     }
-    if (q->nd) forced_tail(q, &q->prop);
-    n = q->prop.n;
-    /* forced tokens are all but certain; the draft's part as the controller expects */
-    q->planned_tokens = q->nf + sp_adapt_expected(&q->adapt, q->nd) + (q->nt ? 0.5 * q->nt : 0.0);
     q->n_draft = n;
     q->base = q->kv->n;          /* slot and position of the pending token */
     q->window[0] = q->pending;
@@ -547,6 +603,69 @@ static bool has_child(const sp_seq *q, int node) {
     return false;
 }
 
+/* Statistics, the draft's commit and the controller's observations after
+ * a round that verified n proposed tokens and accepted k. */
+static void commit_round(sp_seq *q, int n, int k, const int32_t *path, const int32_t *keep, int n_cached) {
+    int nf = 0, kf = 0, kd = 0;
+    for (int i = 0; i < q->n_chain; i++) {
+        const bool forced = q->src[i] == SRC_FORCED;
+        nf += forced;
+        if (i < k && forced) kf++;
+        else if (i < k) kd++;
+    }
+    const int nd = q->n_chain ? q->n_chain - nf : n;   /* a plain proposal is all the draft's */
+    if (!q->n_chain) kd = k;
+    if (nf) {
+        sp_stats_method(&q->st, "grammar", nf, kf);
+        q->st.forced_drafted += nf;
+        q->st.forced_accepted += kf;
+    }
+    if (nd) sp_stats_method(&q->st, q->n_chain ? q->d_by : q->prop.by, nd, kd);
+    if (q->draft && (n > 0 || q->n_taps)) {
+        const sp_taps *verified = q->n_taps ? kept_taps(q, keep, n_cached) : NULL;
+        const uint64_t t2 = sp_now_ns();
+        const sp_drafter_ops *ops = q->draft->drafter->ops;
+        if (!q->n_chain) {
+            ops->commit(q->draft, n, k, q->prop.parent ? path : NULL, verified);
+        } else {
+            /* the draft commits the part it knows (the chain up to its last
+             * continuation, or its own proposal) and learns the accepted
+             * rest with its next feed; a draft not asked at all still gets
+             * every verified row when it reads taps */
+            const int known = q->ahead ? q->n_known : q->nd1 && !q->d1_at ? q->nd1 : 0;
+            const int kk = k < known ? k : known;
+            if (known) ops->commit(q->draft, known, kk, NULL, verified);
+            else if (q->n_taps) ops->commit(q->draft, 0, 0, NULL, verified);
+            if (k > kk) backlog_push(q, q->chain + kk, k - kk);
+        }
+        q->st.draft_ns += sp_now_ns() - t2;
+    }
+    q->st.rounds++;
+    if (n > 0) {
+        q->st.spec_rounds++;
+        q->st.drafted += n;
+        q->st.accepted += k;
+    }
+    /* the controller learns from the draft's first part, where it had its
+     * chance (everything before it accepted): per depth, was there a draft
+     * token at depth d, and was one accepted */
+    const int at = q->n_chain ? q->d1_at : 0, m = q->n_chain ? q->nd1 : n;
+    if (m > 0 && k >= at) {
+        int max_depth = 0, depth[SP_MAX_DRAFT + 1];
+        depth[0] = 0;
+        for (int j = 1; j <= m; j++) {
+            depth[j] = q->prop.parent && !q->n_chain ? depth[q->wparent[j]] + 1 : j;
+            if (depth[j] > max_depth) max_depth = depth[j];
+        }
+        const int ka = k - at < m ? k - at : m;
+        for (int d = 0; d < max_depth && d < SP_STAT_POSITIONS; d++) {
+            q->st.pos_drafted[d]++;
+            if (d < ka) q->st.pos_accepted[d]++;
+        }
+        sp_adapt_observe(&q->adapt, q->prop.parent && !q->n_chain ? max_depth : m, ka);
+    }
+}
+
 static int finish_round(sp_seq *q, sp_err *err) {
     const int V = q->m->hp.n_vocab, n = q->n_draft, P = q->base;
     const uint64_t seed = sp_sampler_params_of(q->smp)->seed;
@@ -608,57 +727,7 @@ static int finish_round(sp_seq *q, sp_err *err) {
     q->pending = tok;
     q->st.sample_ns += sp_now_ns() - t1;
 
-    /* the proposal's parts: nf forced, nd the draft's, nt forced after (a
-     * plain draft proposal is all nd) and what was accepted of each */
-    const int nf = q->nf, nd = q->nd, nt = q->nt;
-    assert(nf + nd + nt == n);
-    const int kf = k < nf ? k : nf;
-    const int kd = k - kf < nd ? k - kf : nd;
-    const int kt = k - kf - kd;
-    if (nf + nt) {
-        sp_stats_method(&q->st, "grammar", nf + nt, kf + kt);
-        q->st.forced_drafted += nf + nt;
-        q->st.forced_accepted += kf + kt;
-    }
-    if (nd) sp_stats_method(&q->st, q->d_by, nd, kd);
-    if (q->draft && (n > 0 || q->n_taps)) {
-        const sp_taps *verified = q->n_taps ? kept_taps(q, keep, n_cached) : NULL;
-        uint64_t t2 = sp_now_ns();
-        if (q->ahead) {
-            /* it counts over the span and its own chain */
-            q->draft->drafter->ops->commit(q->draft, nf + nd, kf + kd, NULL, verified);
-        } else if (nf) {
-            /* not asked: a draft that reads taps still gets every verified
-             * row, and it learns the accepted span with its next feed */
-            if (q->n_taps) q->draft->drafter->ops->commit(q->draft, 0, 0, NULL, verified);
-            backlog_push(q, q->chain, kf);
-        } else {
-            q->draft->drafter->ops->commit(q->draft, nd, kd, q->prop.parent ? path : NULL, verified);
-        }
-        if (kt) backlog_push(q, q->chain + nf + nd, kt);   /* the forced tail it was not told */
-        q->st.draft_ns += sp_now_ns() - t2;
-    }
-    q->st.rounds++;
-    if (n > 0) {
-        q->st.spec_rounds++;
-        q->st.drafted += n;
-        q->st.accepted += k;
-    }
-    if (nd > 0 && kf == nf) {
-        /* the draft's part, judged where it had its chance: per depth, was
-         * there a draft token at depth d, and was one accepted */
-        int max_depth = 0, depth[SP_MAX_DRAFT + 1];
-        depth[0] = 0;
-        for (int j = 1; j <= nd; j++) {
-            depth[j] = q->prop.parent ? depth[q->wparent[j]] + 1 : j;
-            if (depth[j] > max_depth) max_depth = depth[j];
-        }
-        for (int d = 0; d < max_depth && d < SP_STAT_POSITIONS; d++) {
-            q->st.pos_drafted[d]++;
-            if (d < kd) q->st.pos_accepted[d]++;
-        }
-        sp_adapt_observe(&q->adapt, q->prop.parent ? max_depth : nd, kd);
-    }
+    commit_round(q, n, k, path, keep, n_cached);
     if (dead) return -1;                 /* err says why; the engine ends the sequence */
     if (q->finish) set_done(q, q->finish);
     q->st.total_ns = sp_now_ns() - q->t_start;
