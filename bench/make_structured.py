@@ -12,7 +12,9 @@ kinds of request, as an application or an agent framework sends them:
            {"name": ..., "arguments": {...}} for one of the tools listed in
            the system message; arguments come from the request.
 
-Every name, place, product and figure is made up.
+Every name, place, product and figure is made up.  Free-text fields a
+small model may run on (an email body) carry a maxLength, as a real tool's
+schema would, so every answer fits its max_tokens and parses.
 
 Run: python3 bench/make_structured.py > bench/structured.jsonl
 """
@@ -89,7 +91,7 @@ TOOLS = [
       "required": ["restaurant", "date", "time", "people", "name"], "additionalProperties": False}},
     {"name": "send_email", "description": "Send an email",
      "parameters": {"type": "object", "properties": {
-         "to": {"type": "string"}, "subject": {"type": "string"}, "body": {"type": "string"}},
+         "to": {"type": "string"}, "subject": {"type": "string"}, "body": {"type": "string", "maxLength": 160}},
       "required": ["to", "subject", "body"], "additionalProperties": False}},
     {"name": "search_flights", "description": "Search for flights",
      "parameters": {"type": "object", "properties": {
@@ -109,6 +111,21 @@ TOOL_REQUESTS = [
 ]
 
 
+def bounded(schema, limit=80):
+    """Every free string gets a maxLength (as a real tool's schema would):
+    a small model that starts to loop inside a string is then cut by the
+    grammar, not by max_tokens."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "string" and "enum" not in schema and "format" not in schema:
+            schema.setdefault("maxLength", limit)
+        for v in schema.values():
+            bounded(v, limit)
+    elif isinstance(schema, list):
+        for v in schema:
+            bounded(v, limit)
+    return schema
+
+
 def call_schema(tools):
     """A tool call: one of the tools, with its own argument schema."""
     return {"anyOf": [{"type": "object", "properties": {
@@ -120,14 +137,14 @@ def main():
     for key, text, schema in EXTRACT:
         msg = ("Extract the details from the text below as a JSON object with the keys "
                + ", ".join(schema["properties"]) + ".\n\n" + text)
-        print(json.dumps({"id": "extract-" + key, "category": "extract", "max_tokens": 160,
-                          "messages": [{"role": "user", "content": msg}], "json_schema": schema}))
+        print(json.dumps({"id": "extract-" + key, "category": "extract", "max_tokens": 256,
+                          "messages": [{"role": "user", "content": msg}], "json_schema": bounded(schema)}))
     system = ("You can call these tools. Answer with one JSON object {\"name\": ..., \"arguments\": {...}}.\n"
               + "\n".join(json.dumps(t) for t in TOOLS))
     for key, req in TOOL_REQUESTS:
-        print(json.dumps({"id": "tool-" + key, "category": "tool", "max_tokens": 128,
+        print(json.dumps({"id": "tool-" + key, "category": "tool", "max_tokens": 160,
                           "messages": [{"role": "system", "content": system}, {"role": "user", "content": req}],
-                          "json_schema": call_schema(TOOLS)}))
+                          "json_schema": bounded(call_schema(TOOLS))}))
 
 
 if __name__ == "__main__":
