@@ -301,7 +301,7 @@ static int chain_forced(sp_seq *q, int cap) {
  * first ask; appends what the grammar allows of its proposal.  Returns
  * how many it added, or -1 + err. */
 static int chain_draft(sp_seq *q, int max_n, sp_err *err) {
-    const int32_t *feed = NULL;
+    const int32_t *feed = &q->pending;           /* (with n_feed 0: nothing new, never NULL) */
     int n_feed = 0;
     if (!q->fed) {
         backlog_push(q, &q->pending, 1);
