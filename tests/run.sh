@@ -2,7 +2,8 @@
 # Runs specula's whole test suite and ends with "N passed, N failed".
 #
 #   unit tests   build/asan/tests/test_*   (ASan + UBSan), every binary under tests/unit
-#   model tests  build/release/tests/test_* from tests/model (real models, release build)
+#   model tests  build/release/tests/test_* from tests/model (real models, release build);
+#                test_grammar_spec again from build/asan
 #   cli tests    tests/cli/*.sh            (the release binary, end to end)
 #   serve tests  tests/serve/test_*.py     (`specula serve` with curl and the openai package);
 #                test_serve, test_serve_http and test_tools again against build/asan/specula
@@ -54,6 +55,10 @@ for t in build/release/tests/test_*; do
     [ -f "tests/model/$b.c" ] || continue
     run_one "model/$b" "$t"
 done
+# the round loop under a grammar with every drafter, once more with asserts
+# and ASan+UBSan (the drafters' commit protocol is asserted, not compiled
+# into release)
+[ -x build/asan/tests/test_grammar_spec ] && run_one "model/test_grammar_spec_asan" build/asan/tests/test_grammar_spec
 for t in tests/cli/*.sh; do
     [ -f "$t" ] || continue
     run_one "cli/$(basename "$t" .sh)" bash "$t"

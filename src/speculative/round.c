@@ -66,6 +66,10 @@ struct sp_seq {
     int n_known;
     int d1_at, nd1;              /* the draft's first part of the chain (for the controller) */
     const char *d_by;            /* the draft's name */
+    int n_proposed;              /* the draft's own proposal, before the grammar cut it */
+    bool tree_filtered;          /* ...a tree, now gtok/gpar, node i being the draft's gorig[i] */
+    int32_t gorig[SP_MAX_DRAFT];
+    int n_told;                  /* after propose_ahead: the chain it saw + its own proposal */
     int32_t gtok[SP_MAX_DRAFT];  /* a proposal filtered by the grammar */
     int32_t gpar[SP_MAX_DRAFT];
     sp_finish finish;
@@ -319,6 +323,7 @@ static int chain_draft(sp_seq *q, int max_n, sp_err *err) {
     sp_adapt_draft_cost(&q->adapt, max_n, sp_ns_to_s(dt > d.absorb_ns ? dt - d.absorb_ns : 0));
     q->ahead = true;
     const int at = q->n_chain;
+    q->n_told = at + d.n;
     memcpy(q->chain + at, d.tokens, (size_t)d.n * sizeof(int32_t));
     const uint64_t t1 = sp_now_ns();
     const int ok = sp_gmatch_check(q->gm, q->chain, at + d.n) - at;   /* the draft's guesses, checked */
@@ -394,6 +399,8 @@ static int forced_after_draft(sp_seq *q, sp_proposal *prop, int budget, sp_err *
  * its first forbidden token, a tree by dropping every node whose path
  * from the pending token the grammar forbids (with its subtree). */
 static void grammar_filter(sp_seq *q, sp_proposal *prop) {
+    q->n_proposed = prop->n;                     /* what the draft commits over */
+    q->tree_filtered = false;
     if (!constrained(q) || prop->n == 0) return;
     const uint64_t t0 = sp_now_ns();
     if (!prop->parent) {
@@ -413,8 +420,10 @@ static void grammar_filter(sp_seq *q, sp_proposal *prop) {
             if (sp_gmatch_check(q->gm, path, d) < d) continue;
             q->gtok[kept] = prop->tokens[j];
             q->gpar[kept] = par < 0 ? -1 : map[par];
+            q->gorig[kept] = j;
             map[j] = kept++;
         }
+        q->tree_filtered = true;
         prop->n = kept;
         prop->tokens = q->gtok;
         prop->parent = q->gpar;
@@ -509,8 +518,8 @@ int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_f
         return 0;
     }
     if (q->kv->n >= q->kv->n_ctx) { set_done(q, SP_FINISH_CONTEXT); return 0; }
-    q->n_chain = q->n_known = q->nd1 = q->d1_at = 0;
-    q->fed = q->ahead = false;
+    q->n_chain = q->n_known = q->nd1 = q->d1_at = q->n_proposed = q->n_told = 0;
+    q->fed = q->ahead = q->tree_filtered = false;
     q->d_by = NULL;
     int n = forced_span(q, pass_rows, pass_tokens, err);
     if (n < 0) return -1;
@@ -605,7 +614,7 @@ static bool has_child(const sp_seq *q, int node) {
 
 /* Statistics, the draft's commit and the controller's observations after
  * a round that verified n proposed tokens and accepted k. */
-static void commit_round(sp_seq *q, int n, int k, const int32_t *path, const int32_t *keep, int n_cached) {
+static void commit_round(sp_seq *q, int n, int k, int32_t *path, const int32_t *keep, int n_cached) {
     int nf = 0, kf = 0, kd = 0;
     for (int i = 0; i < q->n_chain; i++) {
         const bool forced = q->src[i] == SRC_FORCED;
@@ -621,20 +630,26 @@ static void commit_round(sp_seq *q, int n, int k, const int32_t *path, const int
         q->st.forced_accepted += kf;
     }
     if (nd) sp_stats_method(&q->st, q->n_chain ? q->d_by : q->prop.by, nd, kd);
-    if (q->draft && (n > 0 || q->n_taps)) {
+    /* (a proposal the grammar cut to nothing still gets its commit) */
+    if (q->draft && (n > 0 || q->n_taps || q->n_proposed > 0)) {
         const sp_taps *verified = q->n_taps ? kept_taps(q, keep, n_cached) : NULL;
         const uint64_t t2 = sp_now_ns();
         const sp_drafter_ops *ops = q->draft->drafter->ops;
         if (!q->n_chain) {
-            ops->commit(q->draft, n, k, q->prop.parent ? path : NULL, verified);
+            /* the draft commits over what it proposed: a tree the grammar
+             * cut is mapped back to the draft's own node numbers */
+            if (q->tree_filtered)
+                for (int i = 0; i < k; i++) path[i] = q->gorig[path[i]];
+            ops->commit(q->draft, q->n_proposed, k, q->prop.parent ? path : NULL, verified);
         } else {
             /* the draft commits the part it knows (the chain up to its last
              * continuation, or its own proposal) and learns the accepted
              * rest with its next feed; a draft not asked at all still gets
              * every verified row when it reads taps */
             const int known = q->ahead ? q->n_known : q->nd1 && !q->d1_at ? q->nd1 : 0;
+            const int told = q->ahead ? q->n_told : q->n_proposed;
             const int kk = k < known ? k : known;
-            if (known) ops->commit(q->draft, known, kk, NULL, verified);
+            if (known) ops->commit(q->draft, told, kk, NULL, verified);
             else if (q->n_taps) ops->commit(q->draft, 0, 0, NULL, verified);
             if (k > kk) backlog_push(q, q->chain + kk, k - kk);
         }
