@@ -134,6 +134,13 @@ bool sp_gmatch_is_end(const sp_gmatch *m, int32_t tok);
  * is unchanged. */
 int sp_gmatch_forced_after(sp_gmatch *m, const int32_t *prefix, int n_prefix, int32_t *out, int cap);
 
+/* The forced tokens after prefix (n_prefix may be 0) that are safe to
+ * propose as drafts: as sp_gmatch_forced_after, without the last token
+ * when a longer token that begins with its text also fits there (the
+ * forced text ends where the grammar branches, and a model may spell the
+ * end merged with what follows, as `":` or `": "` after `"name`). */
+int sp_gmatch_forced_safe(sp_gmatch *m, const int32_t *prefix, int n_prefix, int32_t *out, int cap);
+
 typedef struct sp_gmatch_stats {
     int64_t masks;                   /* masks asked for */
     int64_t mask_misses;             /* of those, computed (not from the cache) */

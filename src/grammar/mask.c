@@ -325,3 +325,59 @@ int sp_gmatch_forced_after(sp_gmatch *m, const int32_t *prefix, int n_prefix, in
 bool sp_gmatch_is_end(const sp_gmatch *m, int32_t tok) {
     return m->v && tok >= 0 && tok < m->v->n_vocab && m->v->kind[tok] == SP_GV_EOG;
 }
+
+/* The trie node of token tok's bytes (0 = not found). */
+static uint32_t token_node(const sp_gvocab *v, int32_t tok) {
+    uint32_t i = 0;
+    for (uint32_t k = v->off[tok]; k < v->off[tok + 1]; k++) {
+        const uint8_t b = (uint8_t)v->bytes[k];
+        uint32_t j = i + 1;
+        while (j < v->nodes[i].end && v->nodes[j].byte != b) j = v->nodes[j].end;
+        if (j >= v->nodes[i].end) return 0;
+        i = j;
+    }
+    return i;
+}
+
+/* Does a longer token that begins with tok's text fit the grammar at
+ * `before` (the position tok would be taken from)?  A walk over tok's
+ * subtree of the trie only. */
+static bool longer_token_fits(sp_gmatch *m, const sp_gpos *before, int32_t tok) {
+    const sp_gvocab *v = m->v;
+    const uint32_t x = token_node(v, tok);
+    if (x == 0) return true;                     /* (every text token is in the trie) */
+    if (m->ps_bytes > PS_MAX_BYTES) ps_clear(m);
+    if (!m->dfs) m->dfs = sp_xmalloc(((size_t)v->max_depth + 1) * sizeof *m->dfs);
+    int32_t *dfs = m->dfs;
+    /* the states along tok's own bytes */
+    dfs[0] = ps_intern(m, before);
+    for (uint32_t k = v->off[tok], d = 1; k < v->off[tok + 1]; k++, d++) {
+        dfs[d] = ps_step(m, dfs[d - 1], (uint8_t)v->bytes[k]);
+        if (dfs[d] < 0) return false;
+    }
+    for (uint32_t i = x + 1; i < v->nodes[x].end;) {
+        const sp_gtnode *nd = &v->nodes[i];
+        const int32_t st = ps_step(m, dfs[nd->depth - 1], nd->byte);
+        if (st < 0) {
+            i = nd->end;
+            continue;
+        }
+        if (v->nodes[i + 1].tok_off > nd->tok_off) return true;
+        dfs[nd->depth] = st;
+        i++;
+    }
+    return false;
+}
+
+int sp_gmatch_forced_safe(sp_gmatch *m, const int32_t *prefix, int n_prefix, int32_t *out, int cap) {
+    int n = n_prefix ? sp_gmatch_forced_after(m, prefix, n_prefix, out, cap) : sp_gmatch_forced(m, out, cap);
+    if (n == 0 || sp_gmatch_is_end(m, out[n - 1])) return n;
+    /* the position before the last token: the prefix and the others taken */
+    sp_gstate s = m->st;
+    for (int i = 0; i < n_prefix; i++)
+        if (!sp_gm_state_accept_token(m, &s, prefix[i])) return 0;
+    for (int i = 0; i < n - 1; i++)
+        if (!sp_gm_state_accept_token(m, &s, out[i])) return 0;
+    if (!s.active) return n - 1;                 /* (cannot happen: forced needs an active grammar) */
+    return longer_token_fits(m, &s.pos, out[n - 1]) ? n - 1 : n;
+}

@@ -19,7 +19,9 @@
  *     names differ from the declared names.
  *   - Whitespace after every token is bounded: one space, or a newline and
  *     up to 40 spaces/tabs of indentation.  Pretty-printed output fits; a
- *     model cannot loop on whitespace.
+ *     model cannot loop on whitespace.  A declared key is followed by its
+ *     colon directly ("name": as every JSON writer prints it): the key and
+ *     colon are then one forced span, which speculation drafts for free.
  *   - Numbers: at most 16 integer digits, 16 fraction digits and 3 exponent
  *     digits, again so that no token position repeats forever.
  *   - enum/const values are matched in their canonical JSON spelling
@@ -405,8 +407,6 @@ static int gen_const(ctx *c, const json_t *v, int depth, sbuf *e) {
             json_t *key = json_string(k);
             put_json_literal(e, key);
             json_decref(key);
-            sb_puts(e, " ");
-            ws(c, e);
             sb_puts(e, " \":\" ");
             ws(c, e);
             sb_puts(e, " ");
@@ -890,9 +890,7 @@ static int gen_object(ctx *c, const json_t *s, const char *base, sbuf *e) {
         json_t *key = json_string(k);
         put_json_literal(&b, key);
         json_decref(key);
-        sb_puts(&b, " ");
-        ws(c, &b);
-        sb_puts(&b, " \":\" ");
+        sb_puts(&b, " \":\" ");                /* no whitespace before the colon: see ws */
         ws(c, &b);
         sb_printf(&b, " %s", name);
         kv[i++] = b.p ? b.p : sp_xstrdup("");

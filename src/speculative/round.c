@@ -17,6 +17,10 @@
 
 enum { SRC_FORCED = 0, SRC_DRAFT = 1 };
 
+/* Under a grammar at T > 0, candidate lists up to this long are checked
+ * token by token instead of masking the row. */
+#define SP_FILTER_MAX 4096
+
 typedef enum { SEQ_PREFILL, SEQ_DECODE, SEQ_DONE } seq_state;
 
 struct sp_seq {
@@ -70,6 +74,7 @@ struct sp_seq {
     bool tree_filtered;          /* ...a tree, now gtok/gpar, node i being the draft's gorig[i] */
     int32_t gorig[SP_MAX_DRAFT];
     int n_told;                  /* after propose_ahead: the chain it saw + its own proposal */
+    sp_cand *gcand;              /* (SP_FILTER_MAX) the sampler's candidates the grammar allows */
     int32_t gtok[SP_MAX_DRAFT];  /* a proposal filtered by the grammar */
     int32_t gpar[SP_MAX_DRAFT];
     sp_finish finish;
@@ -116,11 +121,13 @@ void sp_seq_set_grammar(sp_seq *q, sp_gmatch *gm) {
     assert(q->state != SEQ_DECODE);
     q->gm = gm;
     if (gm && !q->mrow) q->mrow = sp_alloc_aligned((size_t)q->m->hp.n_vocab * sizeof(float));
+    if (gm && !q->gcand) q->gcand = sp_xmalloc(SP_FILTER_MAX * sizeof *q->gcand);
 }
 
 void sp_seq_free(sp_seq *q) {
     if (!q) return;
     sp_free_aligned(q->mrow);
+    free(q->gcand);
     free(q->backlog);
     sp_free_aligned(q->logits);
     free(q->ptaps);
@@ -226,15 +233,48 @@ static const float *masked_row(sp_seq *q, const float *row) {
     return n > 0 ? q->mrow : NULL;
 }
 
+/* The sampler's candidates for `row` (after its top-k, top-p, min-p) that
+ * the grammar allows, renormalised: each checked by walking its bytes, so
+ * no mask over the vocabulary.  NULL where the row must be masked whole:
+ * a list longer than SP_FILTER_MAX (a sampler that truncates nothing, for
+ * which filtering and masking give the same distribution) or one with no
+ * allowed token. */
+static const sp_cand *allowed_cands(sp_seq *q, const float *row, int *n_out) {
+    int nc;
+    const sp_cand *c = sp_sampler_dist(q->smp, row, &nc);
+    if (nc > SP_FILTER_MAX) return NULL;
+    const uint64_t t0 = sp_now_ns();
+    double z = 0;
+    int m = 0;
+    for (int i = 0; i < nc; i++)
+        if (sp_gmatch_allows(q->gm, c[i].id)) {
+            q->gcand[m++] = c[i];
+            z += c[i].p;
+        }
+    for (int i = 0; i < m; i++) q->gcand[i].p = (float)(q->gcand[i].p / z);
+    q->st.mask_ns += sp_now_ns() - t0;
+    *n_out = m;
+    return m > 0 && z > 0 ? q->gcand : NULL;
+}
+
 /* The token for `row` at sequence position pos, as the sampler draws it
- * under the grammar's mask. */
+ * under the grammar. */
 static int sample_at(sp_seq *q, const float *row, uint64_t pos, int32_t *tok, sp_err *err) {
     if (!constrained(q)) {
         *tok = sp_sampler_sample(q->smp, row, pos);
         return 0;
     }
     q->st.masks++;
-    if (sp_sampler_is_greedy(q->smp)) {
+    if (!sp_sampler_is_greedy(q->smp)) {
+        int m;
+        const sp_cand *c = allowed_cands(q, row, &m);
+        if (c) {
+            /* the sampler's own draw for this position, over the allowed */
+            *tok = m == 1 ? c[0].id
+                          : sp_cand_pick(c, m, sp_rng_uniform(sp_sampler_params_of(q->smp)->seed, pos, 0));
+            return 0;
+        }
+    } else {
         /* The mask only removes candidates, so when the unmasked choice is
          * allowed it is also the masked one: one token's bytes walked
          * instead of a mask over the vocabulary. */
@@ -284,17 +324,13 @@ static void chain_push(sp_seq *q, const int32_t *t, int n, uint8_t src) {
 }
 
 /* Appends the tokens the grammar forces after the chain (at most up to
- * cap); returns how many.  The span's last token ends where the grammar
- * branches, so the model may well spell that text merged with what
- * follows (`"` + `:` as `":`): it is left to the drafter and the model.
- * An end-of-generation token is certain. */
+ * cap); returns how many.  The span's last token is left out when the
+ * model could spell its text merged with what follows (sp_gmatch_forced_safe). */
 static int chain_forced(sp_seq *q, int cap) {
     const int at = q->n_chain;
     if (at >= cap) return 0;
     const uint64_t t0 = sp_now_ns();
-    int n = at ? sp_gmatch_forced_after(q->gm, q->chain, at, q->chain + at, cap - at)
-               : sp_gmatch_forced(q->gm, q->chain, cap);
-    if (n > 0 && !sp_gmatch_is_end(q->gm, q->chain[at + n - 1])) n--;
+    const int n = sp_gmatch_forced_safe(q->gm, q->chain, at, q->chain + at, cap - at);
     q->st.mask_ns += sp_now_ns() - t0;
     chain_push(q, q->chain + at, n, SRC_FORCED);
     return n;
@@ -704,12 +740,17 @@ static int finish_round(sp_seq *q, sp_err *err) {
         if (q->prop.q && node < n) {   /* chains only: node == k */
             int nc;
             bool acc;
-            const float *srow = row;
+            const sp_cand *c = NULL;
             if (constrained(q)) {
                 q->st.masks++;
-                if (!(srow = masked_row(q, row))) { dead = true; break; }
+                if (!(c = allowed_cands(q, row, &nc))) {
+                    const float *srow = masked_row(q, row);
+                    if (!srow) { dead = true; break; }
+                    c = sp_sampler_dist(q->smp, srow, &nc);
+                }
+            } else {
+                c = sp_sampler_dist(q->smp, row, &nc);
             }
-            const sp_cand *c = sp_sampler_dist(q->smp, srow, &nc);
             tok = sp_verify_specsample(c, nc, q->prop.q + (size_t)node * V, V, q->window[node + 1],
                                        sp_rng_uniform(seed, pos, 1), sp_rng_uniform(seed, pos, 2), &acc);
             child = acc ? node + 1 : -1;

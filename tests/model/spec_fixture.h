@@ -106,12 +106,35 @@ static inline sp_sampler_params fx_sampling(float temp) {
     return sp;
 }
 
+/* Runs the sequence sq (its emit and ud set here, to collect into o) in a
+ * one-slot context of its own until it ends.  An error fails the test
+ * unless errbuf is given (then it gets the message).  Returns the finish
+ * reason; st and kv_n (may be NULL) get the stats and the final cache
+ * length. */
+static inline sp_finish fx_run(fixture *f, sp_seq_params *sq, int n_ctx, run_out *o, sp_spec_stats *st,
+                               int *kv_n, char *errbuf, size_t errcap) {
+    sp_err err;
+    sp_ctx *c = fx_ctx(f, 1, n_ctx);
+    sq->emit = fx_collect;
+    sq->ud = o;
+    o->n = 0;
+    o->tok = f->tok;
+    const int id = sp_ctx_add(c, sq, &err);
+    if (id < 0) fail_msg("add: %s", err.msg);
+    while (sp_ctx_seq_finish(c, id) == SP_FINISH_NONE) sp_ctx_step(c);
+    const sp_finish fin = sp_ctx_seq_finish(c, id);
+    if (fin == SP_FINISH_ERROR && !errbuf) fail_msg("generate: %s", sp_ctx_seq_error(c, id));
+    if (errbuf) snprintf(errbuf, errcap, "%s", sp_ctx_seq_error(c, id));
+    if (st) *st = *sp_ctx_seq_stats(c, id);
+    if (kv_n) *kv_n = sp_ctx_seq_n_cached(c, id);
+    sp_ctx_free(c);              /* closes the draft (suffix: the output joins the engine-wide trie) */
+    return fin;
+}
+
 /* One generation (drafter NULL = plain) in a context of its own; returns
  * its stats, the finish reason and the final cache length. */
 static inline sp_spec_stats fx_gen(fixture *f, sp_drafter *dr, const sp_tokens *p, float temp, int draft_max,
                             int max_tokens, int n_ctx, run_out *o, sp_finish *fin, int *kv_n) {
-    sp_err err;
-    sp_ctx *c = fx_ctx(f, 1, n_ctx);
     sp_seq_params sq = sp_seq_default_params();
     sq.prompt = p->ids;
     sq.n_prompt = p->n;
@@ -119,18 +142,9 @@ static inline sp_spec_stats fx_gen(fixture *f, sp_drafter *dr, const sp_tokens *
     sq.sampling = fx_sampling(temp);
     sq.drafter = dr;
     sq.draft_max = draft_max;
-    sq.emit = fx_collect;
-    sq.ud = o;
-    o->n = 0;
-    o->tok = f->tok;
-    const int id = sp_ctx_add(c, &sq, &err);
-    if (id < 0) fail_msg("add: %s", err.msg);
-    while (sp_ctx_seq_finish(c, id) == SP_FINISH_NONE) sp_ctx_step(c);
-    if (sp_ctx_seq_finish(c, id) == SP_FINISH_ERROR) fail_msg("generate: %s", sp_ctx_seq_error(c, id));
-    const sp_spec_stats st = *sp_ctx_seq_stats(c, id);
-    if (fin) *fin = sp_ctx_seq_finish(c, id);
-    if (kv_n) *kv_n = sp_ctx_seq_n_cached(c, id);
-    sp_ctx_free(c);              /* closes the draft (suffix: the output joins the engine-wide trie) */
+    sp_spec_stats st;
+    const sp_finish f_ = fx_run(f, &sq, n_ctx, o, &st, kv_n, NULL, 0);
+    if (fin) *fin = f_;
     return st;
 }
 

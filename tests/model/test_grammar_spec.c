@@ -37,8 +37,6 @@ typedef struct gen_opts {
  * given (then the error text is copied there and the finish returned). */
 static sp_finish gen(fixture *f, const sp_tokens *p, const gen_opts *go, run_out *o, sp_spec_stats *st,
                      char *errbuf, size_t errcap) {
-    sp_err err;
-    sp_ctx *c = fx_ctx(f, 1, 1024);
     sp_seq_params sq = sp_seq_default_params();
     sq.prompt = p->ids;
     sq.n_prompt = p->n;
@@ -50,19 +48,7 @@ static sp_finish gen(fixture *f, const sp_tokens *p, const gen_opts *go, run_out
     if (go->draft_max) sq.draft_max = go->draft_max;
     sq.grammar = go->g;
     sq.forced_spans = go->forced;
-    sq.emit = fx_collect;
-    sq.ud = o;
-    o->n = 0;
-    o->tok = f->tok;
-    const int id = sp_ctx_add(c, &sq, &err);
-    if (id < 0) fail_msg("add: %s", err.msg);
-    while (sp_ctx_seq_finish(c, id) == SP_FINISH_NONE) sp_ctx_step(c);
-    const sp_finish fin = sp_ctx_seq_finish(c, id);
-    if (fin == SP_FINISH_ERROR && !errbuf) fail_msg("generate: %s", sp_ctx_seq_error(c, id));
-    if (errbuf) snprintf(errbuf, errcap, "%s", sp_ctx_seq_error(c, id));
-    if (st) *st = *sp_ctx_seq_stats(c, id);
-    sp_ctx_free(c);
-    return fin;
+    return fx_run(f, &sq, 1024, o, st, NULL, errbuf, errcap);
 }
 
 static sp_grammar *schema_grammar(const char *schema) {

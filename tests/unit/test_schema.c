@@ -338,9 +338,11 @@ static void test_whitespace_bounded(void **state) {
     (void)state;
     const char *s = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\"}},\"required\":[\"a\"]}";
     char spaced[256], flood[256];
-    snprintf(spaced, sizeof spaced, "{\n\t\"a\" :\n%40s[ 1 , 2 ]\n}\n", "");
+    snprintf(spaced, sizeof spaced, "{\n\t\"a\":\n%40s[ 1 , 2 ]\n}\n", "");
     snprintf(flood, sizeof flood, "{\"a\":\n%41s[]}", "");     /* a newline and 41 spaces */
-    check(s, LIST("{\"a\":[]}", spaced, "{ \"a\" : [ ] } "), LIST(flood, "{  \"a\":[]}", " {\"a\":[]}"));
+    /* no whitespace between a declared key and its colon */
+    check(s, LIST("{\"a\":[]}", spaced, "{ \"a\": [ ] } "),
+          LIST(flood, "{  \"a\":[]}", " {\"a\":[]}", "{\"a\" :[]}", "{ \"a\"\n:[]}"));
 }
 
 /* ---- errors --------------------------------------------------------------- */
