@@ -247,7 +247,48 @@ static void forced_case(const model *md) {
     sp_grammar_free(g);
 }
 
+/* forced_safe leaves out a last token that a longer token could spell
+ * merged with what follows ("the" before [a-z]+: "there", "them"), keeps
+ * it where nothing longer fits ("the" before a digit), and agrees with
+ * forced_after on what comes before. */
+static void forced_safe_case(const model *md) {
+    sp_err e;
+    const int32_t the = sp_tokenizer_find(md->t, "the");
+    assert_true(the >= 0);
+    const char *open = "root ::= \"the\" [a-z]+", *closed = "root ::= \"the\" [0-9]";
+    sp_grammar *go = sp_grammar_parse(open, strlen(open), &e), *gc = sp_grammar_parse(closed, strlen(closed), &e);
+    assert_non_null(go);
+    assert_non_null(gc);
+    sp_gmatch *mo = sp_gmatch_create(go, md->v, NULL, &e), *mc = sp_gmatch_create(gc, md->v, NULL, &e);
+    int32_t toks[8];
+    assert_int_equal(sp_gmatch_forced(mo, toks, 8), 1);
+    assert_int_equal(toks[0], the);
+    assert_int_equal(sp_gmatch_forced_safe(mo, NULL, 0, toks, 8), 0);
+    assert_int_equal(sp_gmatch_forced_safe(mc, NULL, 0, toks, 8), 1);
+    assert_int_equal(toks[0], the);
+    /* after a prefix: `{"a": ` then the span `"b"` and its colon */
+    const char *kv = "root ::= \"{\\\"a\\\": 1, \\\"b\\\":\" [0-9]";
+    sp_grammar *gk = sp_grammar_parse(kv, strlen(kv), &e);
+    assert_non_null(gk);
+    sp_gmatch *mk = sp_gmatch_create(gk, md->v, NULL, &e);
+    int32_t all[32], after[32], safe[32];
+    const int n = sp_gmatch_forced(mk, all, 32);
+    assert_true(n >= 3);
+    const int na = sp_gmatch_forced_after(mk, all, 2, after, 32);
+    const int ns = sp_gmatch_forced_safe(mk, all, 2, safe, 32);
+    assert_true(ns <= na && na >= 1);
+    assert_memory_equal(safe, after, (size_t)ns * sizeof(int32_t));
+    sp_gmatch_free(mk);
+    sp_grammar_free(gk);
+    sp_gmatch_free(mo);
+    sp_gmatch_free(mc);
+    sp_grammar_free(go);
+    sp_grammar_free(gc);
+}
+
 static void test_forced_smollm(void **state) { (void)state; forced_case(&SMOL); }
+static void test_forced_safe_smollm(void **state) { (void)state; forced_safe_case(&SMOL); }
+static void test_forced_safe_gemma(void **state) { (void)state; forced_safe_case(&GEMMA); }
 static void test_forced_gemma(void **state) { (void)state; forced_case(&GEMMA); }
 
 static void check_case(const model *md) {
@@ -395,6 +436,8 @@ int main(void) {
         cmocka_unit_test(test_eog_gemma),
         cmocka_unit_test(test_forced_smollm),
         cmocka_unit_test(test_forced_gemma),
+        cmocka_unit_test(test_forced_safe_smollm),
+        cmocka_unit_test(test_forced_safe_gemma),
         cmocka_unit_test(test_check_smollm),
         cmocka_unit_test(test_check_gemma),
         cmocka_unit_test(test_cache_smollm),
