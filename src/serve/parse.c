@@ -29,9 +29,7 @@ int sp_api_fail(sp_api_err *e, int status, const char *type, const char *code, c
 
 #define INVALID "invalid_request_error"
 
-static int bad(sp_api_err *e, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(sp_api_err *e, const char *param, const char *fmt, ...) {
+int sp_api_bad(sp_api_err *e, const char *param, const char *fmt, ...) {
     char msg[480];
     va_list ap;
     va_start(ap, fmt);
@@ -52,7 +50,7 @@ static const char *json_type_name(const json_t *v) {
 }
 
 static int wrong_type(sp_api_err *e, const char *param, const char *want, const json_t *v) {
-    return bad(e, param, "Invalid type for '%s': expected %s, but got %s instead.", param, want,
+    return sp_api_bad(e, param, "Invalid type for '%s': expected %s, but got %s instead.", param, want,
                json_type_name(v));
 }
 
@@ -79,7 +77,7 @@ static int get_number(json_t *o, const char *key, double lo, double hi, float *o
     const double x = json_number_value(v);
     char got[32];
     if (!(x >= lo && x <= hi))
-        return bad(e, key, "'%s' must be between %g and %g (got %s).", key, lo, hi, exact(x, got));
+        return sp_api_bad(e, key, "'%s' must be between %g and %g (got %s).", key, lo, hi, exact(x, got));
     *out = (float)x;
     return 0;
 }
@@ -95,7 +93,7 @@ static int get_int(json_t *o, const char *key, long long lo, long long hi, long 
     else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
              fabs(json_real_value(v)) < 9e15) x = (long long)json_real_value(v);
     else return wrong_type(e, key, "an integer", v);
-    if (x < lo || x > hi) return bad(e, key, "'%s' must be between %lld and %lld (got %lld).", key, lo, hi, x);
+    if (x < lo || x > hi) return sp_api_bad(e, key, "'%s' must be between %lld and %lld (got %lld).", key, lo, hi, x);
     *out = x;
     if (set) *set = true;
     return 0;
@@ -125,10 +123,10 @@ static int get_string(json_t *o, const char *key, char **out, sp_api_err *e) {
 static int add_stop(sp_req *r, json_t *v, const char *param, sp_api_err *e) {
     if (!json_is_string(v)) return wrong_type(e, param, "a string", v);
     const size_t n = json_string_length(v);
-    if (n == 0) return bad(e, param, "Stop strings must not be empty.");
-    if (n > SP_REQ_MAX_STOP_LEN) return bad(e, param, "Stop strings are limited to %d bytes.", SP_REQ_MAX_STOP_LEN);
-    if (strlen(json_string_value(v)) != n) return bad(e, param, "Stop strings must not contain NUL.");
-    if (r->n_stops == SP_REQ_MAX_STOPS) return bad(e, param, "At most %d stop strings are allowed.", SP_REQ_MAX_STOPS);
+    if (n == 0) return sp_api_bad(e, param, "Stop strings must not be empty.");
+    if (n > SP_REQ_MAX_STOP_LEN) return sp_api_bad(e, param, "Stop strings are limited to %d bytes.", SP_REQ_MAX_STOP_LEN);
+    if (strlen(json_string_value(v)) != n) return sp_api_bad(e, param, "Stop strings must not contain NUL.");
+    if (r->n_stops == SP_REQ_MAX_STOPS) return sp_api_bad(e, param, "At most %d stop strings are allowed.", SP_REQ_MAX_STOPS);
     r->stops[r->n_stops++] = sp_xstrdup(json_string_value(v));
     return 0;
 }
@@ -156,12 +154,12 @@ static int parse_logit_bias(json_t *o, sp_req *r, int n_vocab, sp_api_err *e) {
         char *end;
         long id = strtol(key, &end, 10);
         if (!*key || *end || id < 0 || id >= n_vocab)
-            return bad(e, "logit_bias", "Invalid key '%s' in logit_bias: expected a token id in [0, %d).", key, n_vocab);
+            return sp_api_bad(e, "logit_bias", "Invalid key '%s' in logit_bias: expected a token id in [0, %d).", key, n_vocab);
         if (!json_is_number(x)) return wrong_type(e, "logit_bias", "a number", x);
         const double b = json_number_value(x);
         char got[32];
         if (!(b >= -100 && b <= 100))
-            return bad(e, "logit_bias", "logit_bias values must be between -100 and 100 (got %s for %s).",
+            return sp_api_bad(e, "logit_bias", "logit_bias values must be between -100 and 100 (got %s for %s).",
                        exact(b, got), key);
         r->bias[r->sampling.n_bias++] = (sp_logit_bias){ (int32_t)id, (float)b };
     }
@@ -175,7 +173,7 @@ static int message_content(json_t *c, char **out, sp_api_err *e) {
     if (!c || json_is_null(c)) { *out = sp_xstrdup(""); return 0; }
     if (json_is_string(c)) {
         if (strlen(json_string_value(c)) != json_string_length(c))
-            return bad(e, "messages", "Message content must not contain NUL.");
+            return sp_api_bad(e, "messages", "Message content must not contain NUL.");
         *out = sp_xstrdup(json_string_value(c));
         return 0;
     }
@@ -186,7 +184,7 @@ static int message_content(json_t *c, char **out, sp_api_err *e) {
         json_t *type = json_object_get(p, "type"), *text = json_object_get(p, "text");
         if (!json_is_object(p) || !json_is_string(type) || strcmp(json_string_value(type), "text") ||
             !json_is_string(text))
-            return bad(e, "messages", "Only content parts of type 'text' are supported.");
+            return sp_api_bad(e, "messages", "Only content parts of type 'text' are supported.");
         n += json_string_length(text) + 1;
     }
     char *s = sp_xmalloc(n + 1);
@@ -199,7 +197,7 @@ static int message_content(json_t *c, char **out, sp_api_err *e) {
     }
     s[w] = 0;
     *out = s;
-    if (strlen(s) != w) return bad(e, "messages", "Message content must not contain NUL.");
+    if (strlen(s) != w) return sp_api_bad(e, "messages", "Message content must not contain NUL.");
     return 0;
 }
 
@@ -227,12 +225,12 @@ static void add_message(sp_req *r, const char *role, char *content, bool tool, b
 static int parse_message(json_t *m, size_t i, sp_req *r, bool *prev_tool, sp_api_err *e) {
     if (!json_is_object(m)) return wrong_type(e, "messages", "an object", m);
     json_t *role = json_object_get(m, "role");
-    if (!json_is_string(role)) return bad(e, "messages", "messages[%zu].role must be a string.", i);
+    if (!json_is_string(role)) return sp_api_bad(e, "messages", "messages[%zu].role must be a string.", i);
     const char *rs = json_string_value(role);
     if (!strcmp(rs, "developer")) rs = "system";
     const bool tool = !strcmp(rs, "tool");
     if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && !tool)
-        return bad(e, "messages", "messages[%zu].role '%s' is not supported (system, developer, user, assistant, tool).", i, rs);
+        return sp_api_bad(e, "messages", "messages[%zu].role '%s' is not supported (system, developer, user, assistant, tool).", i, rs);
     if (tool && sp_tools_tool_msg(m, i, e)) return -1;
     char *content = NULL;
     if (message_content(json_object_get(m, "content"), &content, e)) { free(content); return -1; }
@@ -248,9 +246,9 @@ static int parse_message(json_t *m, size_t i, sp_req *r, bool *prev_tool, sp_api
 
 static int parse_messages(json_t *o, sp_req *r, sp_api_err *e) {
     json_t *v = json_object_get(o, "messages");
-    if (!v || json_is_null(v)) return bad(e, "messages", "Missing required parameter: 'messages'.");
+    if (!v || json_is_null(v)) return sp_api_bad(e, "messages", "Missing required parameter: 'messages'.");
     if (!json_is_array(v)) return wrong_type(e, "messages", "an array", v);
-    if (json_array_size(v) == 0) return bad(e, "messages", "'messages' must contain at least one message.");
+    if (json_array_size(v) == 0) return sp_api_bad(e, "messages", "'messages' must contain at least one message.");
     r->msgs = sp_xcalloc(json_array_size(v), sizeof *r->msgs);
     bool prev_tool = false;
     size_t i;
@@ -267,7 +265,7 @@ static int token_list(json_t *a, sp_req *r, int n_vocab, sp_api_err *e) {
     json_t *x;
     json_array_foreach(a, i, x) {
         if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= n_vocab)
-            return bad(e, "prompt", "Token ids in 'prompt' must be integers in [0, %d).", n_vocab);
+            return sp_api_bad(e, "prompt", "Token ids in 'prompt' must be integers in [0, %d).", n_vocab);
         r->prompt_ids[r->n_prompt_ids++] = (int32_t)json_integer_value(x);
     }
     return 0;
@@ -277,20 +275,20 @@ static int token_list(json_t *a, sp_req *r, int n_vocab, sp_api_err *e) {
  * of one such list (one prompt per request: n = 1). */
 static int parse_prompt(json_t *o, sp_req *r, int n_vocab, sp_api_err *e) {
     json_t *v = json_object_get(o, "prompt");
-    if (!v || json_is_null(v)) return bad(e, "prompt", "Missing required parameter: 'prompt'.");
+    if (!v || json_is_null(v)) return sp_api_bad(e, "prompt", "Missing required parameter: 'prompt'.");
     if (json_is_array(v) && json_array_size(v) == 1 &&
         (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0))))
         v = json_array_get(v, 0);
     if (json_is_string(v)) {
         if (strlen(json_string_value(v)) != json_string_length(v))
-            return bad(e, "prompt", "'prompt' must not contain NUL.");
+            return sp_api_bad(e, "prompt", "'prompt' must not contain NUL.");
         r->prompt = sp_xstrdup(json_string_value(v));
         return 0;
     }
     if (!json_is_array(v)) return wrong_type(e, "prompt", "a string or an array", v);
-    if (json_array_size(v) == 0) return bad(e, "prompt", "'prompt' must not be empty.");
+    if (json_array_size(v) == 0) return sp_api_bad(e, "prompt", "'prompt' must not be empty.");
     if (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0)))
-        return bad(e, "prompt", "Only one prompt per request is supported.");
+        return sp_api_bad(e, "prompt", "Only one prompt per request is supported.");
     return token_list(v, r, n_vocab, e);
 }
 
@@ -302,7 +300,7 @@ static int parse_speculative(json_t *o, sp_req *r, sp_api_err *e) {
     if (m && !json_is_null(m)) {
         if (!json_is_string(m)) return wrong_type(e, "speculative.method", "a string", m);
         if (json_string_length(m) == 0 || json_string_length(m) >= sizeof r->method)
-            return bad(e, "speculative.method", "Unknown speculative method '%s'.", json_string_value(m));
+            return sp_api_bad(e, "speculative.method", "Unknown speculative method '%s'.", json_string_value(m));
         snprintf(r->method, sizeof r->method, "%s", json_string_value(m));
     }
     json_t *d = json_object_get(v, "draft_max");
@@ -313,7 +311,7 @@ static int parse_speculative(json_t *o, sp_req *r, sp_api_err *e) {
     }
     if (!json_is_integer(d)) return wrong_type(e, "speculative.draft_max", "an integer or \"adaptive\"", d);
     if (json_integer_value(d) < 0 || json_integer_value(d) > SP_MAX_DRAFT)
-        return bad(e, "speculative.draft_max", "'speculative.draft_max' must be between 0 and %d.", SP_MAX_DRAFT);
+        return sp_api_bad(e, "speculative.draft_max", "'speculative.draft_max' must be between 0 and %d.", SP_MAX_DRAFT);
     r->draft_max = (int)json_integer_value(d);
     return 0;
 }
@@ -327,7 +325,7 @@ static int parse_logprobs(json_t *o, sp_req *r, sp_api_err *e) {
         bool set = false;
         if (get_int(o, "top_logprobs", 0, SP_REQ_MAX_TOP_LOGPROBS, &k, &set, e)) return -1;
         if (set && !r->logprobs && k > 0)
-            return bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true.");
+            return sp_api_bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true.");
         r->top_logprobs = (int)k;
         return 0;
     }
@@ -344,13 +342,13 @@ static int parse_logprobs(json_t *o, sp_req *r, sp_api_err *e) {
 static int parse_completion_extras(json_t *o, sp_api_err *e) {
     bool echo = false;
     if (get_bool(o, "echo", &echo, e)) return -1;
-    if (echo) return bad(e, "echo", "'echo' is not supported.");
+    if (echo) return sp_api_bad(e, "echo", "'echo' is not supported.");
     long long best_of = 1;
     if (get_int(o, "best_of", 1, 1, &best_of, NULL, e)) return -1;
     json_t *s = json_object_get(o, "suffix");
     if (s && !json_is_null(s)) {
         if (!json_is_string(s)) return wrong_type(e, "suffix", "a string", s);
-        if (json_string_length(s)) return bad(e, "suffix", "'suffix' is not supported.");
+        if (json_string_length(s)) return sp_api_bad(e, "suffix", "'suffix' is not supported.");
     }
     return 0;
 }
@@ -361,7 +359,7 @@ static int parse_sampling(json_t *o, sp_req *r, int n_vocab, sp_api_err *e) {
     bool set = false;
     if (get_number(o, "temperature", 0, 2, &p->temperature, e)) return -1;
     if (get_number(o, "top_p", 0, 1, &p->top_p, e)) return -1;
-    if (!(p->top_p > 0)) return bad(e, "top_p", "'top_p' must be greater than 0.");
+    if (!(p->top_p > 0)) return sp_api_bad(e, "top_p", "'top_p' must be greater than 0.");
     if (get_int(o, "top_k", -1, 1 << 30, &k, &set, e)) return -1;
     p->top_k = k < 0 ? 0 : (int)k;
     if (get_number(o, "min_p", 0, 1, &p->min_p, e)) return -1;
@@ -380,19 +378,19 @@ static int parse_sampling(json_t *o, sp_req *r, int n_vocab, sp_api_err *e) {
 static int parse_json_schema(json_t *js, sp_req *r, sp_api_err *e) {
     const char *P = "response_format";
     if (!json_is_object(js))
-        return bad(e, P, "'response_format.json_schema' must be an object with a 'schema'.");
+        return sp_api_bad(e, P, "'response_format.json_schema' must be an object with a 'schema'.");
     json_t *name = json_object_get(js, "name"), *schema = json_object_get(js, "schema"),
            *strict = json_object_get(js, "strict"), *desc = json_object_get(js, "description");
     if (name && !json_is_null(name) && (!json_is_string(name) || !sp_tools_name_ok(json_string_value(name), json_string_length(name))))
-        return bad(e, P, "'response_format.json_schema.name' must be a string of 1 to 64 characters a-z, A-Z, 0-9, '_' or '-'.");
+        return sp_api_bad(e, P, "'response_format.json_schema.name' must be a string of 1 to 64 characters a-z, A-Z, 0-9, '_' or '-'.");
     if (strict && !json_is_null(strict) && !json_is_boolean(strict))
-        return bad(e, P, "'response_format.json_schema.strict' must be a boolean.");
+        return sp_api_bad(e, P, "'response_format.json_schema.strict' must be a boolean.");
     if (desc && !json_is_null(desc) && !json_is_string(desc))
-        return bad(e, P, "'response_format.json_schema.description' must be a string.");
+        return sp_api_bad(e, P, "'response_format.json_schema.description' must be a string.");
     if (!json_is_object(schema))
-        return bad(e, P, "'response_format.json_schema.schema' must be a JSON schema (an object).");
+        return sp_api_bad(e, P, "'response_format.json_schema.schema' must be a JSON schema (an object).");
     r->rf_schema = json_dumps(schema, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (!r->rf_schema) return bad(e, P, "'response_format.json_schema.schema' cannot be serialized.");
+    if (!r->rf_schema) return sp_api_bad(e, P, "'response_format.json_schema.schema' cannot be serialized.");
     r->rf = SP_RF_JSON_SCHEMA;
     return 0;
 }
@@ -402,12 +400,12 @@ static int parse_response_format(json_t *o, sp_req *r, sp_api_err *e) {
     if (!v || json_is_null(v)) return 0;
     if (!json_is_object(v)) return wrong_type(e, "response_format", "an object", v);
     json_t *type = json_object_get(v, "type");
-    if (!json_is_string(type)) return bad(e, "response_format", "'response_format.type' must be a string.");
+    if (!json_is_string(type)) return sp_api_bad(e, "response_format", "'response_format.type' must be a string.");
     const char *t = json_string_value(type);
     if (!strcmp(t, "text")) return 0;
     if (!strcmp(t, "json_object")) { r->rf = SP_RF_JSON_OBJECT; return 0; }
     if (!strcmp(t, "json_schema")) return parse_json_schema(json_object_get(v, "json_schema"), r, e);
-    return bad(e, "response_format", "Invalid 'response_format.type' '%.64s': expected 'text', 'json_object' or 'json_schema'.", t);
+    return sp_api_bad(e, "response_format", "Invalid 'response_format.type' '%.64s': expected 'text', 'json_object' or 'json_schema'.", t);
 }
 
 /* "grammar" (GBNF, llama.cpp's field), response_format and tools; the
@@ -418,17 +416,17 @@ static int parse_constraints(json_t *o, sp_req *r, sp_api_err *e) {
     json_t *g = json_object_get(o, "grammar");
     if (g && !json_is_null(g)) {
         if (!json_is_string(g)) return wrong_type(e, "grammar", "a string", g);
-        if (strlen(json_string_value(g)) != json_string_length(g)) return bad(e, "grammar", "'grammar' must not contain NUL.");
+        if (strlen(json_string_value(g)) != json_string_length(g)) return sp_api_bad(e, "grammar", "'grammar' must not contain NUL.");
         if (json_string_length(g)) r->grammar = sp_xstrdup(json_string_value(g));
     }
     if (parse_response_format(o, r, e) || sp_tools_parse(o, r, e)) return -1;
     if (r->grammar && r->rf != SP_RF_TEXT)
-        return bad(e, "grammar", "'grammar' and a JSON 'response_format' cannot be used together: both constrain the output.");
+        return sp_api_bad(e, "grammar", "'grammar' and a JSON 'response_format' cannot be used together: both constrain the output.");
     if (r->grammar && sp_req_uses_tools(r))
-        return bad(e, "grammar", "'grammar' and 'tools' cannot be used together (unless 'tool_choice' is \"none\"): "
+        return sp_api_bad(e, "grammar", "'grammar' and 'tools' cannot be used together (unless 'tool_choice' is \"none\"): "
                    "tool calls have their own grammar.");
     if (r->rf != SP_RF_TEXT && (r->tool_choice == SP_TC_REQUIRED || r->tool_choice == SP_TC_NAMED))
-        return bad(e, "response_format", "A JSON 'response_format' cannot be used with a 'tool_choice' that forces a call.");
+        return sp_api_bad(e, "response_format", "A JSON 'response_format' cannot be used with a 'tool_choice' that forces a call.");
     return 0;
 }
 
@@ -441,7 +439,7 @@ static int parse_fields(json_t *o, sp_req *r, int n_vocab, sp_api_err *e) {
         get_int(o, "max_completion_tokens", 1, INT32_MAX, &max_tokens, NULL, e)) return -1;
     r->max_tokens = (int)max_tokens;
     if (get_int(o, "n", 1, 1 << 20, &n, NULL, e)) return -1;
-    if (n != 1) return bad(e, "n", "Only n = 1 is supported.");
+    if (n != 1) return sp_api_bad(e, "n", "Only n = 1 is supported.");
     if (parse_sampling(o, r, n_vocab, e)) return -1;
     if (parse_stop(o, r, e)) return -1;
     if (get_bool(o, "stream", &r->stream, e)) return -1;
@@ -476,7 +474,7 @@ int sp_req_parse(sp_api_kind kind, const char *body, size_t len, int n_vocab, sp
                            "We could not parse the JSON body of your request: %s (line %d, column %d).",
                            je.text, je.line, je.column);
     int rc = 0;
-    if (!json_is_object(o)) rc = bad(err, NULL, "The request body must be a JSON object.");
+    if (!json_is_object(o)) rc = sp_api_bad(err, NULL, "The request body must be a JSON object.");
     else rc = parse_fields(o, r, n_vocab, err);
     json_decref(o);
     if (rc) sp_req_free(r);

@@ -47,6 +47,8 @@ typedef struct sp_api_err {
 /* Sets every field; returns -1 so callers can `return sp_api_fail(...)`. */
 int sp_api_fail(sp_api_err *e, int status, const char *type, const char *code, const char *param,
                 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* The common case: a 400 invalid_request_error about one parameter. */
+int sp_api_bad(sp_api_err *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ==========================================================================
  * Requests (parse.c): the JSON body of /v1/chat/completions and

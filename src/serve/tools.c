@@ -51,16 +51,6 @@
 #define TAG_OPEN "<tool_call>"
 #define TAG_CLOSE "</tool_call>"
 
-static int tl_bad(sp_api_err *e, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int tl_bad(sp_api_err *e, const char *param, const char *fmt, ...) {
-    char msg[480];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return sp_api_fail(e, 400, "invalid_request_error", NULL, param, "%s", msg);
-}
 
 bool sp_tools_name_ok(const char *s, size_t n) {
     if (n < 1 || n > SP_REQ_MAX_TOOL_NAME) return false;
@@ -81,41 +71,41 @@ static bool tl_json_name_ok(const json_t *v) {
  * ------------------------------------------------------------------------- */
 
 static int tl_tool(json_t *t, size_t i, sp_req_tool *out, sp_api_err *e) {
-    if (!json_is_object(t)) return tl_bad(e, "tools", "tools[%zu] must be an object.", i);
+    if (!json_is_object(t)) return sp_api_bad(e, "tools", "tools[%zu] must be an object.", i);
     json_t *type = json_object_get(t, "type"), *f = json_object_get(t, "function");
     if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
-        return tl_bad(e, "tools", "tools[%zu].type must be \"function\" (the only tool type supported).", i);
-    if (!json_is_object(f)) return tl_bad(e, "tools", "tools[%zu].function must be an object.", i);
+        return sp_api_bad(e, "tools", "tools[%zu].type must be \"function\" (the only tool type supported).", i);
+    if (!json_is_object(f)) return sp_api_bad(e, "tools", "tools[%zu].function must be an object.", i);
     json_t *name = json_object_get(f, "name"), *desc = json_object_get(f, "description"),
            *params = json_object_get(f, "parameters");
     if (!tl_json_name_ok(name))
-        return tl_bad(e, "tools", "tools[%zu].function.name must be a string of 1 to %d characters "
+        return sp_api_bad(e, "tools", "tools[%zu].function.name must be a string of 1 to %d characters "
                       "a-z, A-Z, 0-9, '_' or '-'.", i, SP_REQ_MAX_TOOL_NAME);
     if (desc && !json_is_null(desc) && !json_is_string(desc))
-        return tl_bad(e, "tools", "tools[%zu].function.description must be a string.", i);
+        return sp_api_bad(e, "tools", "tools[%zu].function.description must be a string.", i);
     if (params && !json_is_null(params) && !json_is_object(params))
-        return tl_bad(e, "tools", "tools[%zu].function.parameters must be a JSON schema object.", i);
+        return sp_api_bad(e, "tools", "tools[%zu].function.parameters must be a JSON schema object.", i);
     out->name = sp_xstrdup(json_string_value(name));
     if (json_is_string(desc)) {
         if (strlen(json_string_value(desc)) != json_string_length(desc))
-            return tl_bad(e, "tools", "tools[%zu].function.description must not contain NUL.", i);
+            return sp_api_bad(e, "tools", "tools[%zu].function.description must not contain NUL.", i);
         out->description = sp_xstrdup(json_string_value(desc));
     }
     out->parameters = json_is_object(params) ? json_dumps(params, JSON_COMPACT | JSON_PRESERVE_ORDER)
                                              : sp_xstrdup("{\"type\":\"object\",\"properties\":{}}");
     if (!out->parameters)
-        return tl_bad(e, "tools", "tools[%zu].function.parameters cannot be serialized.", i);
+        return sp_api_bad(e, "tools", "tools[%zu].function.parameters cannot be serialized.", i);
     return 0;
 }
 
 static int tl_tools(json_t *o, sp_req *r, sp_api_err *e) {
     json_t *v = json_object_get(o, "tools");
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_array(v)) return tl_bad(e, "tools", "Invalid type for 'tools': expected an array.");
+    if (!json_is_array(v)) return sp_api_bad(e, "tools", "Invalid type for 'tools': expected an array.");
     if (json_array_size(v) == 0) return 0;       /* as if absent */
-    if (r->kind != SP_API_CHAT) return tl_bad(e, "tools", "'tools' is supported on /v1/chat/completions only.");
+    if (r->kind != SP_API_CHAT) return sp_api_bad(e, "tools", "'tools' is supported on /v1/chat/completions only.");
     if (json_array_size(v) > SP_REQ_MAX_TOOLS)
-        return tl_bad(e, "tools", "At most %d tools are allowed (got %zu).", SP_REQ_MAX_TOOLS, json_array_size(v));
+        return sp_api_bad(e, "tools", "At most %d tools are allowed (got %zu).", SP_REQ_MAX_TOOLS, json_array_size(v));
     r->tools = sp_xcalloc(json_array_size(v), sizeof *r->tools);
     size_t i;
     json_t *t;
@@ -124,7 +114,7 @@ static int tl_tools(json_t *o, sp_req *r, sp_api_err *e) {
         if (tl_tool(t, i, &r->tools[i], e)) return -1;
         for (size_t k = 0; k < i; k++)
             if (!strcmp(r->tools[k].name, r->tools[i].name))
-                return tl_bad(e, "tools", "tools[%zu].function.name '%s' is already the name of tools[%zu].",
+                return sp_api_bad(e, "tools", "tools[%zu].function.name '%s' is already the name of tools[%zu].",
                               i, r->tools[i].name, k);
     }
     return 0;
@@ -145,24 +135,24 @@ static int tl_choice(json_t *o, sp_req *r, sp_api_err *e) {
         if (!strcmp(s, "none")) { r->tool_choice = SP_TC_NONE; return 0; }
         if (!strcmp(s, "auto")) r->tool_choice = SP_TC_AUTO;
         else if (!strcmp(s, "required")) r->tool_choice = SP_TC_REQUIRED;
-        else return tl_bad(e, "tool_choice", "Invalid 'tool_choice' \"%.64s\": expected \"none\", \"auto\", "
+        else return sp_api_bad(e, "tool_choice", "Invalid 'tool_choice' \"%.64s\": expected \"none\", \"auto\", "
                            "\"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}.", s);
     } else if (json_is_object(v)) {
         json_t *type = json_object_get(v, "type"), *f = json_object_get(v, "function");
         json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
         if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_string(name))
-            return tl_bad(e, "tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", "
+            return sp_api_bad(e, "tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", "
                           "\"function\": {\"name\": ...}}.");
         r->tool_choice = SP_TC_NAMED;
         r->tool_named = r->n_tools ? tl_find(r, json_string_value(name)) : -1;
         if (r->n_tools && r->tool_named < 0)
-            return tl_bad(e, "tool_choice", "'tool_choice' names the function '%.64s', which is not in 'tools'.",
+            return sp_api_bad(e, "tool_choice", "'tool_choice' names the function '%.64s', which is not in 'tools'.",
                           json_string_value(name));
     } else {
-        return tl_bad(e, "tool_choice", "Invalid type for 'tool_choice': expected a string or an object.");
+        return sp_api_bad(e, "tool_choice", "Invalid type for 'tool_choice': expected a string or an object.");
     }
     if (!r->n_tools)
-        return tl_bad(e, "tool_choice", "'tool_choice' is only allowed when 'tools' are given.");
+        return sp_api_bad(e, "tool_choice", "'tool_choice' is only allowed when 'tools' are given.");
     return 0;
 }
 
@@ -194,7 +184,7 @@ int sp_tools_parse(json_t *o, sp_req *r, sp_api_err *e) {
     json_t *p = json_object_get(o, "parallel_tool_calls");
     if (p && !json_is_null(p)) {
         if (!json_is_boolean(p))
-            return tl_bad(e, "parallel_tool_calls", "Invalid type for 'parallel_tool_calls': expected a boolean.");
+            return sp_api_bad(e, "parallel_tool_calls", "Invalid type for 'parallel_tool_calls': expected a boolean.");
         r->parallel_tool_calls = json_is_true(p);
     }
     if (r->n_tools && r->tool_choice != SP_TC_NONE) r->tools_system = tl_system(r);
@@ -215,32 +205,32 @@ char *sp_tools_response_block(const char *content) {
 
 /* One call of an assistant message as a block (appended to b). */
 static int tl_call_block(json_t *c, size_t i, size_t k, sp_tbuf *b, sp_api_err *e) {
-    if (!json_is_object(c)) return tl_bad(e, "messages", "messages[%zu].tool_calls[%zu] must be an object.", i, k);
+    if (!json_is_object(c)) return sp_api_bad(e, "messages", "messages[%zu].tool_calls[%zu] must be an object.", i, k);
     json_t *type = json_object_get(c, "type"), *f = json_object_get(c, "function");
     if (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "function")))
-        return tl_bad(e, "messages", "messages[%zu].tool_calls[%zu].type must be \"function\".", i, k);
+        return sp_api_bad(e, "messages", "messages[%zu].tool_calls[%zu].type must be \"function\".", i, k);
     json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
     json_t *args = json_is_object(f) ? json_object_get(f, "arguments") : NULL;
     if (!tl_json_name_ok(name))
-        return tl_bad(e, "messages", "messages[%zu].tool_calls[%zu].function.name must be a valid function name.", i, k);
+        return sp_api_bad(e, "messages", "messages[%zu].tool_calls[%zu].function.name must be a valid function name.", i, k);
     json_t *parsed = NULL;
     if (json_is_string(args)) {
         json_error_t je;
         parsed = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, &je);
         if (!parsed)
-            return tl_bad(e, "messages", "messages[%zu].tool_calls[%zu].function.arguments is not valid JSON: %s.",
+            return sp_api_bad(e, "messages", "messages[%zu].tool_calls[%zu].function.arguments is not valid JSON: %s.",
                           i, k, je.text);
     } else if (json_is_object(args)) {
         parsed = json_incref(args);
     } else {
-        return tl_bad(e, "messages", "messages[%zu].tool_calls[%zu].function.arguments must be a string of JSON.", i, k);
+        return sp_api_bad(e, "messages", "messages[%zu].tool_calls[%zu].function.arguments must be a string of JSON.", i, k);
     }
     json_t *o = json_object();
     json_object_set(o, "name", name);
     json_object_set_new(o, "arguments", parsed);
     char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
     json_decref(o);
-    if (!s) return tl_bad(e, "messages", "messages[%zu].tool_calls[%zu] cannot be serialized.", i, k);
+    if (!s) return sp_api_bad(e, "messages", "messages[%zu].tool_calls[%zu] cannot be serialized.", i, k);
     if (k) sp_tbuf_puts(b, "\n");
     sp_tbuf_puts(b, TAG_OPEN "\n");
     sp_tbuf_puts(b, s);
@@ -252,7 +242,7 @@ static int tl_call_block(json_t *c, size_t i, size_t k, sp_tbuf *b, sp_api_err *
 int sp_tools_assistant(json_t *m, size_t i, char **content, sp_api_err *e) {
     json_t *calls = json_object_get(m, "tool_calls");
     if (!calls || json_is_null(calls)) return 0;
-    if (!json_is_array(calls)) return tl_bad(e, "messages", "messages[%zu].tool_calls must be an array.", i);
+    if (!json_is_array(calls)) return sp_api_bad(e, "messages", "messages[%zu].tool_calls must be an array.", i);
     if (json_array_size(calls) == 0) return 0;
     sp_tbuf b = { 0 };
     sp_tbuf_puts(&b, *content);
@@ -269,7 +259,7 @@ int sp_tools_assistant(json_t *m, size_t i, char **content, sp_api_err *e) {
 int sp_tools_tool_msg(json_t *m, size_t i, sp_api_err *e) {
     json_t *id = json_object_get(m, "tool_call_id");
     if (!json_is_string(id) || json_string_length(id) == 0)
-        return tl_bad(e, "messages", "messages[%zu] has role 'tool' but no 'tool_call_id' (the id of the call it answers).", i);
+        return sp_api_bad(e, "messages", "messages[%zu] has role 'tool' but no 'tool_call_id' (the id of the call it answers).", i);
     return 0;
 }
 
