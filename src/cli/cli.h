@@ -18,6 +18,7 @@
 #define SP_EXIT_USAGE 2
 
 int sp_cmd_run(int argc, char **argv);
+int sp_cmd_chat(int argc, char **argv);
 int sp_cmd_serve(int argc, char **argv);
 int sp_cmd_info(int argc, char **argv);
 int sp_cmd_perplexity(int argc, char **argv);

@@ -14,6 +14,7 @@ static const char main_help[] =
     "\n"
     "commands:\n"
     "  run          generate text from a prompt\n"
+    "  chat         chat with a model in the terminal (the conversation stays cached)\n"
     "  serve        OpenAI-compatible HTTP server: continuous batching, speculation per request\n"
     "  info         describe a model file\n"
     "  perplexity   perplexity of a model on a text file\n"
@@ -36,6 +37,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "--version")) { printf("specula %s\n", SP_VERSION); return 0; }
     if (!strcmp(cmd, "run")) return sp_cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat")) return sp_cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return sp_cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return sp_cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return sp_cmd_perplexity(argc - 1, argv + 1);

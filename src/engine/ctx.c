@@ -173,7 +173,12 @@ int sp_ctx_add(sp_ctx *c, const sp_seq_params *p, sp_err *err) {
             return -1;
         }
     }
-    sp_kv_trim(s->kv, 0);
+    if (p->keep_cached < 0 || p->keep_cached > s->kv->n) {
+        sp_err_set(err, "cannot keep %d cached tokens: the slot holds %d", p->keep_cached, s->kv->n);
+        slot_release(s);
+        return -1;
+    }
+    sp_kv_trim(s->kv, p->keep_cached);
     const sp_gen_config cfg = { .max_tokens = p->max_tokens, .draft_max = drafts ? p->draft_max : 0,
                                 .cost = cost, .forced_spans = p->forced_spans && p->draft_max != 0 };
     s->seq = sp_seq_create(c->m, s->kv, s->smp, s->draft, &cfg, p->emit, p->ud);

@@ -193,6 +193,78 @@ static void only_file(const char *dir, char *buf, size_t cap) {
 /* sp_cost_get with a cache directory saves the measured curve there as
  * one file and reads it back next time; with NULL it measures and writes
  * nothing. */
+/* One sequence in slot 0 of c (drafter NULL = plain), collecting into o;
+ * returns the tokens its cache holds at the end. */
+static int run_in(fixture *f, sp_ctx *c, sp_drafter *d, const int32_t *prompt, int n, int keep, float temp,
+                  run_out *o) {
+    sp_err err;
+    sp_seq_params sq = sp_seq_default_params();
+    sq.prompt = prompt;
+    sq.n_prompt = n;
+    sq.max_tokens = 24;
+    sq.sampling = fx_sampling(temp);
+    sq.drafter = d;
+    sq.keep_cached = keep;
+    sq.emit = fx_collect;
+    sq.ud = o;
+    o->n = 0;
+    o->tok = f->tok;
+    const int id = sp_ctx_add(c, &sq, &err);
+    if (id < 0) fail_msg("add: %s", err.msg);
+    while (sp_ctx_seq_finish(c, id) == SP_FINISH_NONE) sp_ctx_step(c);
+    if (sp_ctx_seq_finish(c, id) == SP_FINISH_ERROR) fail_msg("generate: %s", sp_ctx_seq_error(c, id));
+    const int cached = sp_ctx_seq_n_cached(c, id);
+    sp_ctx_remove(c, id);
+    return cached;
+}
+
+/* A second turn that keeps the first turn's cache (keep_cached) emits what
+ * a cold start over the whole conversation emits (T = 0 and seeded 0.8,
+ * plain and ngram); keeping more than the slot holds is refused. */
+static void test_keep_cached(void **state) {
+    fixture *f = *state;
+    sp_err err;
+    sp_tokens p1 = { 0 }, p2 = { 0 };
+    fx_prompt(f, "Name three fruits.", &p1);
+    const char *more = "\nNow name three vegetables, one per line.\n";
+    assert_int_equal(sp_tokenize(f->tok, more, strlen(more), false, false, &p2, &err), 0);
+    sp_drafter *ng = sp_drafter_create("ngram", NULL, &err);
+    for (int ti = 0; ti < 2; ti++)
+        for (int di = 0; di < 2; di++) {
+            const float temp = ti ? 0.8f : 0.0f;
+            sp_drafter *d = di ? ng : NULL;
+            run_out a, b, cold;
+            sp_ctx *c = fx_ctx(f, 1, 512);
+            const int n_a = run_in(f, c, d, p1.ids, p1.n, 0, temp, &a);
+            assert_int_equal(n_a, p1.n + a.n - 1);          /* the last token is pending, not cached */
+            const int n_b = run_in(f, c, d, p2.ids, p2.n, n_a, temp, &b);
+            assert_int_equal(n_b, n_a + p2.n + b.n - 1);
+            sp_ctx_free(c);
+            /* cold: the first turn's cached tokens and the second prompt, prefilled at once */
+            int32_t all[512];
+            const int n_all = n_a + p2.n;
+            memcpy(all, p1.ids, (size_t)p1.n * sizeof(int32_t));
+            memcpy(all + p1.n, a.toks, (size_t)(n_a - p1.n) * sizeof(int32_t));
+            memcpy(all + n_a, p2.ids, (size_t)p2.n * sizeof(int32_t));
+            c = fx_ctx(f, 1, 512);
+            run_in(f, c, d, all, n_all, 0, temp, &cold);
+            fx_assert_same(&cold, &b, di ? "kept cache, ngram" : "kept cache, plain");
+            /* more than the slot holds */
+            sp_seq_params sq = sp_seq_default_params();
+            sq.prompt = p2.ids;
+            sq.n_prompt = p2.n;
+            sq.keep_cached = n_all + 100;
+            sq.emit = fx_collect;
+            sq.ud = &b;
+            assert_int_equal(sp_ctx_add(c, &sq, &err), -1);
+            assert_non_null(strstr(err.msg, "cannot keep"));
+            sp_ctx_free(c);
+        }
+    sp_drafter_free(ng);
+    sp_tokens_free(&p1);
+    sp_tokens_free(&p2);
+}
+
 static void test_cost_cache(void **state) {
     fixture *f = *state;
     char dir[] = "/tmp/specula-cost-XXXXXX", file[4096];
@@ -227,6 +299,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_model_drafters, fx_setup_smol, fx_teardown),
         cmocka_unit_test_setup_teardown(test_model_drafters, fx_setup_gemma, fx_teardown),
         cmocka_unit_test_setup_teardown(test_cost_cache, fx_setup_smol, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_keep_cached, fx_setup_smol, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_keep_cached, fx_setup_gemma, fx_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     sp_drafter_free(g_ngram);
