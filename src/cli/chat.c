@@ -7,7 +7,8 @@
  * The output is what a cold start over the whole conversation gives
  * (tests/model/test_spec_real.c: test_keep_cached).  A drafter that reads
  * hidden states (eagle) needs them from position 0, so with it every turn
- * prefills the whole conversation. */
+ * prefills the whole conversation.  Drafters are primed with the whole
+ * conversation every turn (ngram and suffix match against all of it). */
 #include "cli/cli.h"
 
 #include <errno.h>
@@ -148,8 +149,8 @@ static int turn(chat *c, const char *message, sp_err *err) {
                           toks.n, c->e.n_ctx);
     }
     sp_seq_params p = sp_seq_default_params();
-    p.prompt = toks.ids + keep;
-    p.n_prompt = toks.n - keep;
+    p.prompt = toks.ids;             /* the drafter sees the whole conversation */
+    p.n_prompt = toks.n;
     p.keep_cached = keep;
     p.max_tokens = c->n_predict;
     p.sampling = c->sp;

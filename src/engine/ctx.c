@@ -184,7 +184,7 @@ int sp_ctx_add(sp_ctx *c, const sp_seq_params *p, sp_err *err) {
     s->seq = sp_seq_create(c->m, s->kv, s->smp, s->draft, &cfg, p->emit, p->ud);
     sp_seq_set_grammar(s->seq, s->gm);
     s->used = true;
-    if (sp_seq_start(s->seq, p->prompt, p->n_prompt, err)) {
+    if (sp_seq_start(s->seq, p->prompt, p->n_prompt, p->keep_cached, err)) {
         slot_release(s);
         return -1;
     }

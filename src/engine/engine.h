@@ -82,11 +82,12 @@ typedef struct sp_seq_params {
     bool penalize_prompt;            /* prompt tokens enter the penalty window (default false) */
     sp_drafter *drafter;             /* NULL = plain decoding; borrowed, outlives the sequence */
     int draft_max;                   /* SP_DRAFT_ADAPTIVE (default), 0 = no drafting, > 0 fixed */
-    int keep_cached;                 /* tokens of the slot's cache to keep (a prefix of what the
-                                        previous sequence in the lowest free slot left there); the
-                                        prompt continues after them (default 0: start afresh).  A
-                                        drafter that reads hidden states refuses to start after a
-                                        kept prefix (it needs them from position 0) */
+    int keep_cached;                 /* the first keep_cached tokens of prompt are what the cache of
+                                        the slot (the lowest free one) already holds from the sequence
+                                        before: they are kept, not prefilled (default 0: start
+                                        afresh).  The caller vouches that they match; drafters are
+                                        primed with the whole prompt, and one that reads hidden states
+                                        refuses a kept prefix (it needs them from position 0) */
     const sp_grammar *grammar;       /* NULL = unconstrained; borrowed, outlives the sequence */
     const char *grammar_trigger;     /* NULL = the grammar applies from the first token; else it
                                         applies after this text appears in the output (lazy) */

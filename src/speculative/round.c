@@ -177,11 +177,18 @@ void sp_seq_abort(sp_seq *q, sp_finish why) {
     if (q->state != SEQ_DONE) set_done(q, why);
 }
 
-int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
+int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, int n_cached, sp_err *err) {
     if (n_prompt <= 0) return sp_err_set(err, "generate: the prompt is empty");
-    if (q->kv->n + n_prompt >= q->kv->n_ctx)
+    assert(n_cached >= 0 && n_cached <= q->kv->n);
+    if (n_cached >= n_prompt)
+        return sp_err_set(err, "generate: the cache already holds the whole prompt (%d of %d tokens)", n_cached,
+                          n_prompt);
+    if (q->kv->n - n_cached + n_prompt >= q->kv->n_ctx)
         return sp_err_set(err, "generate: the prompt (%d tokens) does not fit the context (%d)",
-                          n_prompt, q->kv->n_ctx - q->kv->n);
+                          n_prompt - n_cached, q->kv->n_ctx - q->kv->n);
+    if (n_cached && q->n_taps)
+        return sp_err_set(err, "drafter '%s' needs the prompt's hidden states from position 0: it cannot "
+                          "start after a cached prefix", q->draft->drafter->name);
     free(q->prompt);
     q->prompt = sp_xmalloc((size_t)n_prompt * sizeof(int32_t));
     memcpy(q->prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
@@ -190,11 +197,11 @@ int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err) {
         q->ptaps = sp_xmalloc(tap_bytes(q, n_prompt));
     }
     q->n_prompt = n_prompt;
-    q->n_prefilled = 0;
+    q->n_prefilled = n_cached;       /* the cache holds those rows: the passes start after them */
     q->state = SEQ_PREFILL;
     q->finish = SP_FINISH_NONE;
     memset(&q->st, 0, sizeof q->st);
-    q->st.n_prompt = n_prompt;
+    q->st.n_prompt = n_prompt - n_cached;
     q->st.requests = 1;
     q->t_prefill0 = sp_now_ns();
     return 0;

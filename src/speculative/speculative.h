@@ -469,10 +469,14 @@ sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *d
  * error (sp_seq_apply fails with a message naming the grammar). */
 void sp_seq_set_grammar(sp_seq *q, sp_gmatch *gm);
 void sp_seq_free(sp_seq *q);
-/* Starts a generation after what the cache holds: the prompt (copied) is
- * prefilled by the next plans.  Fails on an empty prompt or one that does
- * not fit the cache. */
-int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, sp_err *err);
+/* Starts a generation: the prompt (copied) is prefilled by the next plans,
+ * except its first n_cached tokens, which the cache already holds (its
+ * first n_cached rows, exactly those tokens' and positions': the caller's
+ * word).  The drafter is primed with the whole prompt.  Fails on an empty
+ * prompt, one the cache holds whole, one that does not fit, or a cached
+ * prefix with a drafter that reads hidden states (it needs them from
+ * position 0). */
+int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, int n_cached, sp_err *err);
 bool sp_seq_prefilling(const sp_seq *q);
 /* Plans this sequence's rows of the next pass into fwd: a prompt chunk of
  * at most max_rows (0 = all), or the verification window [pending,

@@ -237,27 +237,31 @@ static void test_keep_cached(void **state) {
             sp_ctx *c = fx_ctx(f, 1, 512);
             const int n_a = run_in(f, c, d, p1.ids, p1.n, 0, temp, &a);
             assert_int_equal(n_a, p1.n + a.n - 1);          /* the last token is pending, not cached */
-            const int n_b = run_in(f, c, d, p2.ids, p2.n, n_a, temp, &b);
-            assert_int_equal(n_b, n_a + p2.n + b.n - 1);
-            sp_ctx_free(c);
-            /* cold: the first turn's cached tokens and the second prompt, prefilled at once */
+            /* the whole conversation: the first turn's cached tokens, then the second prompt */
             int32_t all[512];
             const int n_all = n_a + p2.n;
             memcpy(all, p1.ids, (size_t)p1.n * sizeof(int32_t));
             memcpy(all + p1.n, a.toks, (size_t)(n_a - p1.n) * sizeof(int32_t));
             memcpy(all + n_a, p2.ids, (size_t)p2.n * sizeof(int32_t));
+            const int n_b = run_in(f, c, d, all, n_all, n_a, temp, &b);
+            assert_int_equal(n_b, n_all + b.n - 1);
+            sp_ctx_free(c);
+            /* cold: all of it prefilled at once */
             c = fx_ctx(f, 1, 512);
             run_in(f, c, d, all, n_all, 0, temp, &cold);
             fx_assert_same(&cold, &b, di ? "kept cache, ngram" : "kept cache, plain");
-            /* more than the slot holds */
+            /* more than the slot holds; the whole prompt */
             sp_seq_params sq = sp_seq_default_params();
-            sq.prompt = p2.ids;
-            sq.n_prompt = p2.n;
-            sq.keep_cached = n_all + 100;
+            sq.prompt = all;
+            sq.n_prompt = n_all;
+            sq.keep_cached = n_all + cold.n + 10;
             sq.emit = fx_collect;
             sq.ud = &b;
             assert_int_equal(sp_ctx_add(c, &sq, &err), -1);
             assert_non_null(strstr(err.msg, "cannot keep"));
+            sq.keep_cached = n_all;
+            assert_int_equal(sp_ctx_add(c, &sq, &err), -1);
+            assert_non_null(strstr(err.msg, "whole prompt"));
             sp_ctx_free(c);
         }
     sp_drafter_free(ng);
