@@ -4,14 +4,7 @@
 # Ctrl-C through a pseudo-terminal stopping an answer without leaving.
 cd "$(dirname "$0")/../.."
 BIN=build/release/specula
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
-check() { # name condition-command...
-    local name="$1"; shift
-    if "$@"; then ok "$name"; else not_ok "$name"; fi
-}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/cli/tap.bash                  # n, ok, not_ok, check, $tmp
 
 "$BIN" chat --help > "$tmp/h" 2>&1; rc=$?
 check "chat --help exits 0 and prints usage" bash -c "[ $rc -eq 0 ] && grep -q 'usage: specula chat' $tmp/h"

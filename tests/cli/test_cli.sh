@@ -2,14 +2,7 @@
 # End-to-end tests of the specula command line (release build), TAP output.
 cd "$(dirname "$0")/../.."
 BIN=build/release/specula
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
-check() { # name condition-command...
-    local name="$1"; shift
-    if "$@"; then ok "$name"; else not_ok "$name"; fi
-}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/cli/tap.bash                  # n, ok, not_ok, check, $tmp
 
 # usage errors exit 2 with a clear message
 "$BIN" >/dev/null 2>&1; check "no command exits 2" test $? -eq 2

@@ -4,11 +4,7 @@
 # against the installed copy, shared and static, generates the same text
 # as `specula run`, with and without speculation.  TAP output.
 cd "$(dirname "$0")/../.."
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
-check() { local name="$1"; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/cli/tap.bash                  # n, ok, not_ok, check, $tmp
 model="${XDG_CACHE_HOME:-$HOME/.cache}/specula/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 prefix="$tmp/prefix"

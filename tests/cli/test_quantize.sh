@@ -10,14 +10,7 @@
 # .venv, set up by scripts/setup.sh, or python3 when it already has it).
 cd "$(dirname "$0")/../.."
 BIN=build/release/specula
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; }
-check() { # name condition-command...
-    local name="$1"; shift
-    if "$@"; then ok "$name"; else not_ok "$name"; fi
-}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/cli/tap.bash                  # n, ok, not_ok, check, $tmp
 MODELS="${SPECULA_MODELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specula/models}"
 SMOL="$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA="$MODELS/gemma-3-270m-q4_k_m.gguf"

@@ -3,14 +3,7 @@
 # build), TAP output: run --spec suffix, its flags, bench with suffix.
 cd "$(dirname "$0")/../.."
 BIN=build/release/specula
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; }
-check() { # name condition-command...
-    local name="$1"; shift
-    if "$@"; then ok "$name"; else not_ok "$name"; fi
-}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/cli/tap.bash                  # n, ok, not_ok, check, $tmp
 
 P="1. red 2. green 3. blue 1. red 2. green 3. blue 1. red 2."
 "$BIN" run -m smollm2-135m -p "$P" -n 24 --temp 0 > "$tmp/p0" 2>/dev/null

@@ -5,11 +5,7 @@
 # data file is reused; bad options and foreign data are refused.  TAP output.
 cd "$(dirname "$0")/../.."
 BIN=build/release/specula
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
-check() { local name="$1"; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/cli/tap.bash                  # n, ok, not_ok, check, $tmp
 mkdir -p "$tmp/text"
 cp /usr/share/common-licenses/Apache-2.0 /usr/share/common-licenses/GPL-3 "$tmp/text/" 2>/dev/null
 python3 - "$tmp/text/notes.txt" <<'EOF'
