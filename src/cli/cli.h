@@ -79,6 +79,7 @@ typedef struct sp_engine_opts {
     int ctx;                 /* context size in tokens per slot (0 = min(4096, trained)) */
     int batch;               /* max rows per forward pass (prefill chunk) */
     int slots;               /* sequences at once (0 = 1; serve: --parallel) */
+    int cache_mib;           /* prefix cache in MiB (0 = none, -1 = unbounded; serve: --cache-ram) */
 } sp_engine_opts;
 /* Parses one common option at a->i if it is one; returns 1 consumed,
  * 0 not a common option, -1 bad value. */

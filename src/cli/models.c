@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -61,6 +62,7 @@ int sp_engine_open(const sp_engine_opts *o, sp_engine *e, sp_err *err) {
     cp.batch_rows = o->batch;
     cp.threads = o->threads;
     cp.cost_dir = sp_cost_cache_dir();
+    cp.cache_bytes = o->cache_mib < 0 ? SIZE_MAX : (size_t)o->cache_mib << 20;
     if (!(e->ctx = sp_ctx_create(e->model, e->tok, &cp, err))) { sp_engine_close(e); return -1; }
     e->threads = sp_ctx_threads(e->ctx);
     e->n_ctx = sp_ctx_n_ctx(e->ctx);

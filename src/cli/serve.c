@@ -27,6 +27,10 @@ static const char serve_help[] =
     "      --alias NAME        the model id clients use (default: the -m name or file name)\n"
     "      --parallel N        concurrent requests, each with its own KV cache (default 4)\n"
     "      --queue N           requests waiting for a slot before 503s (default 64)\n"
+    "      --cache-ram MiB     prefix cache: the KV rows of earlier prompts and answers (with\n"
+    "                          drafter states beside them), so a request that repeats a\n"
+    "                          history prefills only what is new; least recently used\n"
+    "                          entries go first (default 1024; 0 = off, -1 = no limit)\n"
     "      --max-body BYTES    request body limit (default 1048576)\n"
     "      --timeout S         idle connection timeout in seconds while answering (default 600)\n"
     "      --header-timeout S  a request's headers must arrive within S seconds of the connection\n"
@@ -67,6 +71,7 @@ static int serve_opt(sp_args *a, serve_args *s) {
     if (sp_arg_is(a, "--api-key")) return sp_arg_str(a, &o->api_key) ? 1 : -1;
     if (sp_arg_is(a, "--alias")) return sp_arg_str(a, &s->alias) ? 1 : -1;
     if (sp_arg_is(a, "--parallel|-np")) return sp_arg_int(a, 1, 256, &s->eo.slots) ? 1 : -1;
+    if (sp_arg_is(a, "--cache-ram")) return sp_arg_int(a, -1, 1 << 22, &s->eo.cache_mib) ? 1 : -1;
     if (sp_arg_is(a, "--queue")) return sp_arg_int(a, 1, 65536, &o->queue_max) ? 1 : -1;
     if (sp_arg_is(a, "--max-body")) {
         if (!sp_arg_int(a, 1024, 1 << 30, &bytes)) return -1;
@@ -100,9 +105,12 @@ static void model_id(const serve_args *s, char *buf, size_t cap) {
 static int serve_until_signal(sp_engine *e, serve_args *s, const sigset_t *sigs, sp_err *err) {
     sp_server *srv = sp_server_start(e->ctx, &s->so, err);
     if (!srv) return -1;
+    char cache[32] = "off";
+    if (s->eo.cache_mib < 0) snprintf(cache, sizeof cache, "unbounded");
+    else if (s->eo.cache_mib > 0) snprintf(cache, sizeof cache, "%d MiB", s->eo.cache_mib);
     fprintf(stderr, "specula serve: listening on http://%s:%d (model %s, %d threads, parallel %d, ctx %d, "
-            "spec %s)\n", s->so.host, sp_server_port(srv), s->so.model_id, e->threads,
-            sp_ctx_n_slots(e->ctx), e->n_ctx, s->so.spec_default);
+            "spec %s, prefix cache %s)\n", s->so.host, sp_server_port(srv), s->so.model_id, e->threads,
+            sp_ctx_n_slots(e->ctx), e->n_ctx, s->so.spec_default, cache);
     int sig = 0;
     sigwait(sigs, &sig);
     fprintf(stderr, "specula serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -116,6 +124,7 @@ static int parse_serve_args(int argc, char **argv, serve_args *s) {
     sp_spec_cli_init(&s->spec);
     s->so = sp_server_defaults();
     s->eo.slots = 4;
+    s->eo.cache_mib = 1024;
     s->so.spec_default = "ngram";
     s->so.api_key = getenv("SPECULA_API_KEY");
     if (s->so.api_key && !*s->so.api_key) s->so.api_key = NULL;

@@ -2,6 +2,8 @@
  * forward -> apply step (see engine.h). */
 #include "engine/engine.h"
 
+#include "cache/cache.h"
+
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,14 @@ typedef struct slot {
     sp_draft *draft;                 /* owned while used, NULL = plain */
     sp_gmatch *gm;                   /* owned while used, NULL = unconstrained */
     uint64_t admitted;               /* admission order, for prefill fairness */
+    /* with the prefix cache (cache_on) */
+    bool cache_on;
+    bool prompt_done;                /* the prompt's prefill ended (its rows went in, if whole) */
+    bool primed;                     /* the draft was primed with the whole prompt */
+    int32_t *hist;                   /* the prompt, then every emitted token: row i of kv is hist[i]'s */
+    int n_hist, cap_hist, n_prompt;
+    sp_emit_fn emit;                 /* the caller's, behind slot_emit */
+    void *ud;
     char err[sizeof(sp_err)];        /* why it ended with SP_FINISH_ERROR */
 } slot;
 
@@ -30,6 +40,8 @@ struct sp_ctx {
     const sp_cost_curve *cost;       /* the given curve, or &measured once known */
     sp_cost_curve measured;
     sp_gvocab *gv;                   /* the vocabulary's trie, built for the first grammar */
+    sp_pcache *pcache;               /* owned; NULL = no prefix cache */
+    bool closing;                    /* sp_ctx_free: nothing more goes into the cache */
     /* step scratch */
     sp_fwd_seq *fwds;                /* (n_slots) */
     int *fwd_slot;                   /* (n_slots) the slot of fwds[i] */
@@ -43,7 +55,7 @@ sp_ctx_params sp_ctx_default_params(void) {
 
 sp_seq_params sp_seq_default_params(void) {
     return (sp_seq_params){ .max_tokens = 128, .sampling = sp_sampler_defaults(),
-                            .draft_max = SP_DRAFT_ADAPTIVE };
+                            .draft_max = SP_DRAFT_ADAPTIVE, .use_cache = true };
 }
 
 /* ----------------------------------------------------------------------------
@@ -77,20 +89,30 @@ sp_ctx *sp_ctx_create(const sp_model *m, const sp_tokenizer *tok, const sp_ctx_p
     c->fwds = sp_xcalloc((size_t)o.n_slots, sizeof *c->fwds);
     c->fwd_slot = sp_xcalloc((size_t)o.n_slots, sizeof *c->fwd_slot);
     c->order = sp_xcalloc((size_t)o.n_slots, sizeof *c->order);
+    if (o.cache_bytes) {
+        /* what a row depends on besides its tokens: the weights and how
+         * the cache stores them */
+        char id[64];
+        snprintf(id, sizeof id, "model:%s;kv:f16", m->fingerprint);
+        c->pcache = sp_pcache_create(m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, o.cache_bytes, id);
+    }
     return c;
 }
 
 void sp_ctx_free(sp_ctx *c) {
     if (!c) return;
+    c->closing = true;
     for (int i = 0; i < c->p.n_slots; i++) {
         sp_ctx_remove(c, i);
         sp_kv_free(c->slots[i].kv);
+        free(c->slots[i].hist);
     }
     free(c->slots);
     free(c->fwds);
     free(c->fwd_slot);
     free(c->order);
     sp_gvocab_free(c->gv);
+    sp_pcache_free(c->pcache);
     sp_workspace_free(c->ws);
     if (c->own_pool) sp_pool_free(c->pool);
     free(c);
@@ -104,6 +126,7 @@ int sp_ctx_threads(const sp_ctx *c) { return c->p.threads; }
 int sp_ctx_n_ctx(const sp_ctx *c) { return c->p.n_ctx; }
 int sp_ctx_n_slots(const sp_ctx *c) { return c->p.n_slots; }
 sp_ctx_pass sp_ctx_last_pass(const sp_ctx *c) { return c->last; }
+sp_pcache *sp_ctx_cache(sp_ctx *c) { return c->pcache; }
 
 int sp_ctx_n_seqs(const sp_ctx *c) {
     int n = 0;
@@ -129,6 +152,81 @@ static slot *slot_of(const sp_ctx *c, int id) {
     return &c->slots[id];
 }
 
+/* ----------------------------------------------------------------------------
+ * The prefix cache
+ * ------------------------------------------------------------------------- */
+
+static sp_emit_result slot_emit(void *ud, int32_t tok, bool drafted, const float *logits) {
+    slot *s = ud;
+    SP_VEC_GROW(s->hist, s->cap_hist, s->n_hist + 1);
+    s->hist[s->n_hist++] = tok;
+    return s->emit(s->ud, tok, drafted, logits);
+}
+
+/* Puts the slot's rows into the cache, and its draft's state beside them
+ * when `ckpt` (the state must cover exactly those rows' tokens).  Nothing
+ * from a sequence that failed: its cache may hold a half-written pass. */
+static void cache_store(sp_ctx *c, slot *s, bool ckpt) {
+    if (c->closing || sp_seq_finish_reason(s->seq) == SP_FINISH_ERROR) return;
+    const int n = s->kv->n < s->n_hist ? s->kv->n : s->n_hist;
+    if (n <= 0 || sp_pcache_store(c->pcache, s->hist, n, s->kv) < n || !ckpt) return;
+    uint8_t *blob;
+    size_t len;
+    sp_err e;
+    if (sp_draft_checkpoint(s->draft, &blob, &len, &e)) {
+        sp_debug("prefix cache: no checkpoint of '%s': %s\n", s->draft->drafter->name, e.msg);
+        return;
+    }
+    sp_pcache_put_ckpt(c->pcache, s->hist, n, s->draft->drafter->ns, blob, len);
+    free(blob);
+}
+
+/* A drafter's state is kept when priming it costs passes (keeps_state).
+ * At the end of a sequence only for drafters that match rows by their
+ * tokens: one reading hidden states resumes only from the state after a
+ * prompt, whose boundary it covers exactly. */
+static bool keeps_state(const slot *s, bool at_end) {
+    return s->draft && s->draft->drafter->keeps_state &&
+           !(at_end && (s->draft->drafter->needs & SP_CAP_HIDDEN_TAPS));
+}
+
+/* The prompt has been prefilled: its rows, and the draft's state right
+ * after its prefill, go into the cache. */
+static void cache_prompt_done(sp_ctx *c, slot *s) {
+    s->prompt_done = true;
+    s->primed = s->kv->n >= s->n_prompt && sp_seq_finish_reason(s->seq) != SP_FINISH_ERROR;
+    if (s->primed) cache_store(c, s, keeps_state(s, false));
+}
+
+/* Starts slot s from the longest cached prefix of the prompt, resuming its
+ * draft from a checkpoint where one of its namespace lies on the prompt
+ * (the whole prompt included: a repeated prompt resumes too).  A drafter
+ * that reads hidden states gets rows only up to its checkpoint (it needs
+ * the states of every row after it).  Returns the rows loaded; *resumed
+ * the prompt tokens the restored draft covers (0 = primed cold). */
+static int cache_start(sp_ctx *c, slot *s, const sp_seq_params *p, int *resumed) {
+    const int max = p->n_prompt - 1;   /* the last prompt row gives the first logits: always run */
+    const bool taps = s->draft && (s->draft->drafter->needs & SP_CAP_HIDDEN_TAPS);
+    *resumed = 0;
+    if (keeps_state(s, false)) {
+        const uint8_t *blob;
+        size_t len;
+        sp_err e;
+        const int at = sp_pcache_find_ckpt(c->pcache, p->prompt, p->n_prompt, p->n_prompt, s->draft->drafter->ns,
+                                           &blob, &len);
+        if (at > 0 && !sp_draft_restore(s->draft, blob, len, &e)) *resumed = at;
+        else if (at > 0) sp_info("prefix cache: checkpoint of '%s' refused: %s\n", s->draft->drafter->name, e.msg);
+    }
+    const int lim = taps ? (*resumed < max ? *resumed : max) : max;
+    const int got = sp_pcache_load(c->pcache, p->prompt, p->n_prompt, lim, s->kv);
+    if (taps && got != lim) {        /* cannot happen: the checkpoint's rows lie on its path */
+        *resumed = 0;
+        sp_kv_trim(s->kv, 0);
+        return 0;
+    }
+    return got;
+}
+
 static void slot_release(slot *s) {
     sp_seq_free(s->seq);
     sp_draft_close(s->draft);
@@ -140,6 +238,8 @@ static void slot_release(slot *s) {
     s->smp = NULL;
     s->used = false;
     s->err[0] = 0;
+    s->cache_on = s->prompt_done = s->primed = false;
+    s->n_hist = 0;
 }
 
 int sp_ctx_add(sp_ctx *c, const sp_seq_params *p, sp_err *err) {
@@ -179,12 +279,24 @@ int sp_ctx_add(sp_ctx *c, const sp_seq_params *p, sp_err *err) {
         return -1;
     }
     sp_kv_trim(s->kv, p->keep_cached);
+    int keep = p->keep_cached, resumed = 0;
+    s->cache_on = c->pcache && p->use_cache && !p->keep_cached && p->n_prompt > 0;
+    if (s->cache_on) {
+        keep = cache_start(c, s, p, &resumed);
+        s->n_hist = 0;
+        SP_VEC_GROW(s->hist, s->cap_hist, p->n_prompt);
+        memcpy(s->hist, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
+        s->n_hist = s->n_prompt = p->n_prompt;
+        s->emit = p->emit;
+        s->ud = p->ud;
+    }
     const sp_gen_config cfg = { .max_tokens = p->max_tokens, .draft_max = drafts ? p->draft_max : 0,
                                 .cost = cost, .forced_spans = p->forced_spans && p->draft_max != 0 };
-    s->seq = sp_seq_create(c->m, s->kv, s->smp, s->draft, &cfg, p->emit, p->ud);
+    s->seq = s->cache_on ? sp_seq_create(c->m, s->kv, s->smp, s->draft, &cfg, slot_emit, s)
+                         : sp_seq_create(c->m, s->kv, s->smp, s->draft, &cfg, p->emit, p->ud);
     sp_seq_set_grammar(s->seq, s->gm);
     s->used = true;
-    if (sp_seq_start(s->seq, p->prompt, p->n_prompt, p->keep_cached, err)) {
+    if (sp_seq_start(s->seq, p->prompt, p->n_prompt, keep, resumed, err)) {
         slot_release(s);
         return -1;
     }
@@ -196,7 +308,10 @@ void sp_ctx_cancel(sp_ctx *c, int id) { sp_seq_abort(slot_of(c, id)->seq, SP_FIN
 
 void sp_ctx_remove(sp_ctx *c, int id) {
     assert(id >= 0 && id < c->p.n_slots);
-    if (c->slots[id].used) slot_release(&c->slots[id]);
+    slot *s = &c->slots[id];
+    if (!s->used) return;
+    if (s->cache_on) cache_store(c, s, s->primed && keeps_state(s, true));
+    slot_release(s);
 }
 
 sp_finish sp_ctx_seq_finish(const sp_ctx *c, int id) { return sp_seq_finish_reason(slot_of(c, id)->seq); }
@@ -287,8 +402,10 @@ int sp_ctx_step(sp_ctx *c) {
         c->last.ns = sp_now_ns() - t0;
         for (int k = 0; k < n; k++) {
             const int i = c->fwd_slot[k];
+            slot *s = &c->slots[i];
             if (rc) fail_slot(c, i, e.msg);
-            else if (sp_seq_apply(c->slots[i].seq, c->last.ns, &e)) fail_slot(c, i, e.msg);
+            else if (sp_seq_apply(s->seq, c->last.ns, &e)) fail_slot(c, i, e.msg);
+            if (s->cache_on && !s->prompt_done && !sp_seq_prefilling(s->seq)) cache_prompt_done(c, s);
         }
     }
     int left = 0;

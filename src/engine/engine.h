@@ -46,6 +46,9 @@ typedef struct sp_ctx_params {
     const sp_cost_curve *cost;       /* borrowed t(K) for adaptive draft lengths; NULL = measured
                                         (or read from cost_dir) when first needed */
     const char *cost_dir;            /* where measured curves are cached (NULL = not cached) */
+    size_t cache_bytes;              /* prefix cache (src/cache): 0 = none; else sequences with
+                                        use_cache share the KV rows of prompts and answers within
+                                        this many bytes, with drafter checkpoints beside them */
 } sp_ctx_params;
 
 sp_ctx_params sp_ctx_default_params(void);
@@ -94,6 +97,11 @@ typedef struct sp_seq_params {
     bool forced_spans;               /* under a grammar, verify the tokens it forces as drafts
                                         (with or without a drafter; not when draft_max == 0);
                                         default false: plain constrained decoding */
+    bool use_cache;                  /* with the context's prefix cache: start from the longest
+                                        cached prefix of the prompt (its rows copied, the rest
+                                        prefilled; output identical to a cold start) and leave the
+                                        prompt's and the answer's rows in the cache (default true;
+                                        not with keep_cached) */
     sp_emit_fn emit;                 /* every generated token, inside sp_ctx_step (required) */
     void *ud;
 } sp_seq_params;
@@ -126,6 +134,10 @@ const sp_spec_stats *sp_ctx_seq_stats(const sp_ctx *c, int id);
 const char *sp_ctx_seq_error(const sp_ctx *c, int id);
 /* Tokens in the sequence's cache (prompt prefilled so far + accepted). */
 int sp_ctx_seq_n_cached(const sp_ctx *c, int id);
+
+/* The context's prefix cache (NULL when cache_bytes is 0); for its
+ * statistics.  Owned by the context; the context's thread only. */
+struct sp_pcache *sp_ctx_cache(sp_ctx *c);
 
 /* The last pass: sequences and rows in it, its duration (0s before any). */
 typedef struct sp_ctx_pass {

@@ -156,6 +156,9 @@ json_t *sp_api_usage(const sp_resp_ctx *c, const sp_job_delta *end) {
     json_object_set_new(u, "prompt_tokens", json_integer(c->n_prompt));
     json_object_set_new(u, "completion_tokens", json_integer(st->emitted));
     json_object_set_new(u, "total_tokens", json_integer(c->n_prompt + st->emitted));
+    json_t *d = json_object();
+    json_object_set_new(d, "cached_tokens", json_integer(st->n_cached));   /* from the prefix cache */
+    json_object_set_new(u, "prompt_tokens_details", d);
     json_t *s = json_object();
     json_object_set_new(s, "method", json_string(c->method));
     json_object_set_new(s, "rounds", json_integer(st->spec_rounds));

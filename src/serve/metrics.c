@@ -43,7 +43,9 @@ struct sp_metrics {
     int n_http;
     mx_method methods[MX_MAX_METHODS];
     int n_methods;
-    int64_t prompt_tokens, gen_tokens, finished, cancelled, steps;
+    int64_t prompt_tokens, cached_tokens, gen_tokens, finished, cancelled, steps;
+    bool have_cache;
+    sp_pcache_stats cache;
     int queued, running;
     mx_hist h_queue, h_ttft, h_e2e, h_itl, h_step, h_seqs, h_rows;
 };
@@ -103,6 +105,13 @@ void sp_metrics_step(sp_metrics *mx, int n_seqs, int n_rows, uint64_t ns) {
     pthread_mutex_unlock(&mx->mu);
 }
 
+void sp_metrics_cache(sp_metrics *mx, const sp_pcache_stats *st) {
+    pthread_mutex_lock(&mx->mu);
+    mx->have_cache = true;
+    mx->cache = *st;
+    pthread_mutex_unlock(&mx->mu);
+}
+
 void sp_metrics_load(sp_metrics *mx, int queued, int running) {
     pthread_mutex_lock(&mx->mu);
     mx->queued = queued;
@@ -126,6 +135,7 @@ void sp_metrics_generation(sp_metrics *mx, const char *method, const sp_spec_sta
     if (cancelled) mx->cancelled++;
     else mx->finished++;
     mx->prompt_tokens += st->n_prompt;
+    mx->cached_tokens += st->n_cached;
     mx->gen_tokens += st->emitted;
     mx_method *m = method_of(mx, method);
     if (m) {
@@ -219,6 +229,28 @@ static void put_methods(mx_buf *b, const sp_metrics *mx) {
                 mx->methods[i].name, p, (long long)mx->methods[i].pos_accepted[p]);
 }
 
+static void put_cache(mx_buf *b, const sp_pcache_stats *c) {
+    static const struct { const char *name, *type, *help; } m[] = {
+        { "specula_prefix_cache_lookups_total", "counter", "Requests that looked up the prefix cache." },
+        { "specula_prefix_cache_hits_total", "counter", "Lookups that found a cached prefix." },
+        { "specula_prefix_cache_hit_tokens_total", "counter", "Prompt tokens loaded from the prefix cache." },
+        { "specula_prefix_cache_stored_tokens_total", "counter", "Tokens whose KV rows entered the cache." },
+        { "specula_prefix_cache_evictions_total", "counter", "Cache entries evicted (least recently used)." },
+        { "specula_prefix_cache_evicted_tokens_total", "counter", "Tokens whose rows were evicted." },
+        { "specula_prefix_cache_checkpoint_hits_total", "counter", "Drafter states resumed from the cache." },
+        { "specula_prefix_cache_bytes", "gauge", "Bytes the prefix cache holds." },
+        { "specula_prefix_cache_budget_bytes", "gauge", "The prefix cache's budget (--cache-ram)." },
+        { "specula_prefix_cache_entries", "gauge", "Edges of the cache's radix tree." },
+    };
+    const long long v[] = { c->lookups, c->hits, c->hit_tokens, c->stored_tokens, c->evictions,
+                            c->evicted_tokens, c->ckpt_hits, (long long)c->bytes, (long long)c->budget,
+                            c->nodes };
+    for (size_t i = 0; i < sizeof m / sizeof *m; i++) {
+        head(b, m[i].name, m[i].type, m[i].help);
+        put(b, "%s %lld\n", m[i].name, v[i]);
+    }
+}
+
 char *sp_metrics_render(sp_metrics *mx) {
     mx_buf b = { sp_xmalloc(8192), 0, 8192 };
     pthread_mutex_lock(&mx->mu);
@@ -232,6 +264,9 @@ char *sp_metrics_render(sp_metrics *mx) {
     put(&b, "specula_requests_cancelled_total %lld\n", (long long)mx->cancelled);
     head(&b, "specula_prompt_tokens_total", "counter", "Prompt tokens prefilled.");
     put(&b, "specula_prompt_tokens_total %lld\n", (long long)mx->prompt_tokens);
+    head(&b, "specula_prompt_tokens_cached_total", "counter", "Prompt tokens taken from the prefix cache.");
+    put(&b, "specula_prompt_tokens_cached_total %lld\n", (long long)mx->cached_tokens);
+    if (mx->have_cache) put_cache(&b, &mx->cache);
     head(&b, "specula_generation_tokens_total", "counter", "Tokens generated.");
     put(&b, "specula_generation_tokens_total %lld\n", (long long)mx->gen_tokens);
     head(&b, "specula_queue_length", "gauge", "Requests waiting for a slot.");

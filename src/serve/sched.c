@@ -163,6 +163,10 @@ static void step(sp_sched *s) {
         const sp_finish f = sp_ctx_seq_finish(s->ctx, i);
         if (f != SP_FINISH_NONE) end_slot(s, i, f);
     }
+    if (s->mx && sp_ctx_cache(s->ctx)) {
+        const sp_pcache_stats cs = sp_pcache_get_stats(sp_ctx_cache(s->ctx));
+        sp_metrics_cache(s->mx, &cs);
+    }
 }
 
 static void *sched_main(void *arg) {

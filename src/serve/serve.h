@@ -27,6 +27,7 @@
 #define SP_SERVE_H
 
 #include "base/base.h"
+#include "cache/cache.h"
 #include "engine/engine.h"
 #include "sample/sample.h"
 #include "speculative/speculative.h"
@@ -146,6 +147,8 @@ void sp_metrics_load(sp_metrics *mx, int queued, int running);
 void sp_metrics_generation(sp_metrics *mx, const char *method, const sp_spec_stats *st,
                            uint64_t queue_ns, uint64_t ttft_ns, uint64_t total_ns,
                            bool cancelled);
+/* The prefix cache's statistics now (after a step). */
+void sp_metrics_cache(sp_metrics *mx, const sp_pcache_stats *st);
 /* Gap between two emitted tokens of one request. */
 void sp_metrics_itl(sp_metrics *mx, uint64_t ns);
 /* The Prometheus exposition; malloc'd, caller frees. */

@@ -10,6 +10,7 @@
  */
 #include "speculative/speculative.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,14 +162,67 @@ static void cb_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t 
     g->winner = -1;
 }
 
+/* State: each sub-draft's checkpoint that keeps state (an empty record
+ * for the others, which are primed afresh on resume).  Layout after the
+ * namespace header: per sub-draft, its length (uint64) and its bytes. */
 static int cb_checkpoint(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err) {
-    (void)buf; (void)len;
-    return sp_err_set(err, "drafter '%s': checkpoints of combined drafters are not supported", s->drafter->name);
+    cb_draft *g = s->impl;
+    uint8_t *part[CB_MAX] = { 0 };
+    size_t plen[CB_MAX] = { 0 }, total = sp_ckpt_header(s->drafter, NULL, 0);
+    int rc = 0;
+    for (int i = 0; i < g->n && !rc; i++) {
+        if (g->sub[i]->drafter->keeps_state) rc = sp_draft_checkpoint(g->sub[i], &part[i], &plen[i], err);
+        total += sizeof(uint64_t) + plen[i];
+    }
+    if (!rc) {
+        uint8_t *p = *buf = sp_xmalloc(total);
+        *len = total;
+        p += sp_ckpt_header(s->drafter, p, total);
+        for (int i = 0; i < g->n; i++) {
+            const uint64_t l = plen[i];
+            memcpy(p, &l, sizeof l);
+            p += sizeof l;
+            if (l) memcpy(p, part[i], l);
+            p += l;
+        }
+    }
+    for (int i = 0; i < g->n; i++) free(part[i]);
+    return rc;
 }
 
 static int cb_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *err) {
-    (void)buf; (void)len;
-    return sp_err_set(err, "drafter '%s': checkpoints of combined drafters are not supported", s->drafter->name);
+    cb_draft *g = s->impl;
+    const long off = sp_ckpt_check(s->drafter, buf, len, err);
+    if (off < 0) return -1;
+    size_t at = (size_t)off;
+    for (int i = 0; i < g->n; i++) {
+        uint64_t l;
+        if (len - at < sizeof l) return sp_err_set(err, "combine checkpoint: truncated");
+        memcpy(&l, buf + at, sizeof l);
+        at += sizeof l;
+        if (l > len - at) return sp_err_set(err, "combine checkpoint: truncated");
+        if (l && !g->sub[i]->drafter->keeps_state)
+            return sp_err_set(err, "combine checkpoint: a state for '%s', which keeps none", g->sub[i]->drafter->name);
+        if (l && sp_draft_restore(g->sub[i], buf + at, (size_t)l, err)) return -1;
+        at += (size_t)l;
+        g->n_back[i] = 0;
+    }
+    if (at != len) return sp_err_set(err, "combine checkpoint: %zu bytes after the last state", len - at);
+    return 0;
+}
+
+/* Sub-drafts that kept state resume; the others are primed with the whole
+ * prompt (they read no hidden states). */
+static int cb_resume(sp_draft *s, const int32_t *prompt, int n, int n_done, const sp_taps *taps, sp_err *err) {
+    cb_draft *g = s->impl;
+    for (int i = 0; i < g->n; i++) {
+        sp_draft *sub = g->sub[i];
+        g->n_back[i] = 0;
+        const int rc = sub->drafter->keeps_state ? sub->drafter->ops->resume(sub, prompt, n, n_done, taps, err)
+                                                 : sub->drafter->ops->prefill(sub, prompt, n, NULL, err);
+        if (rc) return -1;
+    }
+    return 0;
 }
 
 static void cb_close(sp_draft *s) {
@@ -192,6 +246,7 @@ static const sp_drafter_ops cb_ops = {
     .open = cb_open, .prefill = cb_prefill, .propose = cb_propose, .propose_ahead = cb_propose_ahead,
     .commit = cb_commit,
     .checkpoint = cb_checkpoint, .restore = cb_restore, .close = cb_close, .free = cb_free,
+    .resume = cb_resume,
 };
 
 sp_drafter *sp_combine_create(sp_drafter **subs, int n, sp_err *err) {
@@ -222,6 +277,10 @@ sp_drafter *sp_combine_create(sp_drafter **subs, int n, sp_err *err) {
         c->sub[c->n++] = subs[i];
         d->needs |= subs[i]->needs;
         d->cheap &= subs[i]->cheap;
+        d->keeps_state |= subs[i]->keeps_state;
+        /* a sub-draft that reads hidden states cannot be primed afresh
+         * after a cached prefix: it must keep state */
+        assert(subs[i]->keeps_state || !(subs[i]->needs & SP_CAP_HIDDEN_TAPS));
         if (subs[i]->default_draft_max > d->default_draft_max) d->default_draft_max = subs[i]->default_draft_max;
         len += (size_t)snprintf(d->name + len, len < sizeof d->name ? sizeof d->name - len : 0, "%s%s",
                                 i ? "," : "", subs[i]->name);

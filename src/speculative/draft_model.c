@@ -9,6 +9,7 @@
  */
 #include "speculative/draft_model_internal.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,12 +50,13 @@ void sp_dm_reset(dm_draft *g) {
 }
 
 int sp_dm_prefill_cache(dm_draft *g, sp_err *err) {
-    int m = g->n_hist - 1;
-    if (m > g->kv->n_ctx - 1) m = 0;
-    if (m > 0) {
-        if (sp_model_forward(g->dm->model, g->kv, g->ws, g->hist, m, SP_LOGITS_NONE, NULL, err)) return -1;
-        g->n_cached = m;
-    }
+    assert(g->kv->n == g->n_cached);
+    const int m = g->n_hist - 1;
+    if (m > g->kv->n_ctx - 1 || m <= g->n_cached) return 0;
+    if (sp_model_forward(g->dm->model, g->kv, g->ws, g->hist + g->n_cached, m - g->n_cached, SP_LOGITS_NONE,
+                         NULL, err))
+        return -1;
+    g->n_cached = m;
     return 0;
 }
 
@@ -152,16 +154,70 @@ static void dm_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t 
     g->kind->commit(g, n_drafted, n_accepted);
 }
 
+/* State: the history and the draft cache's rows of its first n_cached
+ * tokens (same vocabulary only: a cross-vocabulary draft's history is
+ * text re-tokenized as it goes, not worth keeping). */
 static int dm_checkpoint(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err) {
-    (void)buf; (void)len;
-    return sp_err_set(err, "drafter '%s': checkpoints of a model draft's cache are not supported yet",
-                      s->drafter->name);
+    dm_draft *g = s->impl;
+    if (!g->kind->resume)
+        return sp_err_set(err, "drafter '%s': checkpoints of a cross-vocabulary draft are not supported",
+                          s->drafter->name);
+    const sp_kv *kv = g->kv;
+    const size_t row = (size_t)kv->kv_dim * sizeof(sp_f16), h = sp_ckpt_header(s->drafter, NULL, 0);
+    const int32_t hdr[2] = { g->n_hist, g->n_cached };
+    *len = h + sizeof hdr + (size_t)g->n_hist * sizeof(int32_t) + 2 * (size_t)kv->n_layer * g->n_cached * row;
+    uint8_t *p = *buf = sp_xmalloc(*len);
+    p += sp_ckpt_header(s->drafter, p, h);
+    memcpy(p, hdr, sizeof hdr); p += sizeof hdr;
+    memcpy(p, g->hist, (size_t)g->n_hist * sizeof(int32_t)); p += (size_t)g->n_hist * sizeof(int32_t);
+    for (int il = 0; il < kv->n_layer; il++) {
+        const size_t at = (size_t)il * kv->n_ctx * kv->kv_dim, n = (size_t)g->n_cached * row;
+        memcpy(p, kv->k + at, n); p += n;
+        memcpy(p, kv->v + at, n); p += n;
+    }
+    return 0;
 }
 
 static int dm_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *err) {
-    (void)buf; (void)len;
-    return sp_err_set(err, "drafter '%s': checkpoints of a model draft's cache are not supported yet",
-                      s->drafter->name);
+    dm_draft *g = s->impl;
+    const long off = sp_ckpt_check(s->drafter, buf, len, err);
+    if (off < 0) return -1;
+    if (!g->kind->resume)
+        return sp_err_set(err, "drafter '%s': checkpoints of a cross-vocabulary draft are not supported",
+                          s->drafter->name);
+    sp_kv *kv = g->kv;
+    int32_t hdr[2];
+    const size_t row = (size_t)kv->kv_dim * sizeof(sp_f16);
+    if (len - (size_t)off < sizeof hdr) return sp_err_set(err, "draft checkpoint: truncated");
+    memcpy(hdr, buf + off, sizeof hdr);
+    if (hdr[0] < 0 || hdr[0] > (1 << 24) || hdr[1] < 0 || hdr[1] > hdr[0] || hdr[1] > kv->n_ctx)
+        return sp_err_set(err, "draft checkpoint: bad header");
+    const size_t need = sizeof hdr + (size_t)hdr[0] * sizeof(int32_t) + 2 * (size_t)kv->n_layer * hdr[1] * row;
+    if (len - (size_t)off != need)
+        return sp_err_set(err, "draft checkpoint: %zu bytes, expected %zu", len - (size_t)off, need);
+    const uint8_t *p = buf + off + sizeof hdr;
+    const int V = g->dm->model->hp.n_vocab;
+    for (int i = 0; i < hdr[0]; i++) {
+        int32_t t;
+        memcpy(&t, p + (size_t)i * sizeof t, sizeof t);
+        if (t < 0 || t >= V) return sp_err_set(err, "draft checkpoint: token %d outside the vocabulary", t);
+    }
+    sp_dm_reset(g);
+    sp_dm_ints_push(&g->hist, &g->n_hist, &g->cap_hist, (const int32_t *)(const void *)p, hdr[0]);
+    p += (size_t)hdr[0] * sizeof(int32_t);
+    for (int il = 0; il < kv->n_layer; il++) {
+        const size_t at = (size_t)il * kv->n_ctx * kv->kv_dim, n = (size_t)hdr[1] * row;
+        memcpy(kv->k + at, p, n); p += n;
+        memcpy(kv->v + at, p, n); p += n;
+    }
+    kv->n = g->n_cached = hdr[1];
+    return 0;
+}
+
+static int dm_resume(sp_draft *s, const int32_t *prompt, int n, int n_done, const sp_taps *taps, sp_err *err) {
+    (void)taps; (void)n_done;    /* the rows kept are those whose tokens match, whatever the boundary */
+    dm_draft *g = s->impl;
+    return g->kind->resume(g, prompt, n, err);
 }
 
 static void dm_close(sp_draft *s) {
@@ -182,6 +238,7 @@ static void dm_free(sp_drafter *d) {
 static const sp_drafter_ops dm_ops = {
     .open = dm_open, .prefill = dm_prefill, .propose = dm_propose, .commit = dm_commit,
     .checkpoint = dm_checkpoint, .restore = dm_restore, .close = dm_close, .free = dm_free,
+    .resume = dm_resume,
 };
 
 /* ---------------------------------------------------------------------------
@@ -194,6 +251,7 @@ static sp_drafter *dm_new(dm_drafter *dm, const char *name) {
     d->impl = dm;
     d->cheap = false;
     d->default_draft_max = 4;
+    d->keeps_state = true;       /* (a cross-vocabulary draft's checkpoint fails: then none is kept) */
     d->needs = (dm->tok ? SP_CAP_TOKENIZER : 0) | (dm->o.sample ? SP_CAP_SAMPLING : 0);
     snprintf(d->name, sizeof d->name, "%s", name);
     snprintf(d->ns, sizeof d->ns, "%s-v1:%.48s%s", name, dm->model->name, dm->o.sample ? ":sample" : "");

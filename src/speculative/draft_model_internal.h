@@ -48,6 +48,9 @@ typedef struct dm_kind {
     int (*propose)(dm_draft *g, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
                    sp_err *err);
     void (*commit)(dm_draft *g, int n_drafted, int n_accepted);
+    /* Optional (NULL: no checkpoints): the history holds a restored state;
+     * prime with the prompt, keeping the cached rows it shares with it. */
+    int (*resume)(dm_draft *g, const int32_t *prompt, int n, sp_err *err);
     /* frees the kind's state, the core (sp_dm_core_fini) and the allocation */
     void (*close)(dm_draft *g);
 } dm_kind;
@@ -82,7 +85,8 @@ void sp_dm_core_fini(dm_draft *g);
 /* Empties the draft cache and the history, before a prompt. */
 void sp_dm_reset(dm_draft *g);
 /* Prefills the draft cache with the history but its last token (propose
- * runs that one), unless the history does not fit the cache. */
+ * runs that one), from the rows it already holds (hist[0..n_cached)),
+ * unless the history does not fit the cache. */
 int sp_dm_prefill_cache(dm_draft *g, sp_err *err);
 /* Runs the unfed history, then drafts up to max_n tokens after it into
  * g->out[0..g->n_out), each run through the draft model but the last;

@@ -20,6 +20,18 @@ static int same_prefill(dm_draft *g, const int32_t *prompt, int n, sp_err *err) 
     return sp_dm_prefill_cache(g, err);
 }
 
+/* After a restore: keep the cached rows whose tokens the prompt shares,
+ * then run the rest as prefill does. */
+static int same_resume(dm_draft *g, const int32_t *prompt, int n, sp_err *err) {
+    int keep = 0;
+    while (keep < g->n_cached && keep < n && g->hist[keep] == prompt[keep]) keep++;
+    sp_kv_trim(g->kv, keep);
+    g->n_cached = keep;
+    g->n_hist = 0;
+    sp_dm_ints_push(&g->hist, &g->n_hist, &g->cap_hist, prompt, n);
+    return sp_dm_prefill_cache(g, err);
+}
+
 static int same_propose(dm_draft *g, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
                         sp_err *err) {
     *out = (sp_proposal){ 0 };
@@ -51,6 +63,7 @@ static void same_close(dm_draft *g) {
 
 static const dm_kind same_kind = {
     .prefill = same_prefill, .propose = same_propose, .commit = same_commit, .close = same_close,
+    .resume = same_resume,
 };
 
 dm_draft *sp_dm_same_open(dm_drafter *dm, const sp_target *t, sp_err *err) {

@@ -281,10 +281,34 @@ static void eg_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t 
     if (v) feat_push(g, v);
 }
 
-/* State: the verified part of the head cache and both queues. */
+/* After a restore of a state that covers the prompt's first n_done
+ * positions (its fused rows end there): the rest of the prompt's rows join
+ * the queue, and the queued rows' next tokens are taken from the prompt,
+ * as prefill would have put them (a generated token the state had queued
+ * need not be the new prompt's). */
+static int eg_resume(sp_draft *s, const int32_t *prompt, int n, int n_done, const sp_taps *taps, sp_err *err) {
+    eagle_draft *g = s->impl;
+    if (g->feat_pos + g->n_feat != n_done || g->n_feat < 1)
+        return sp_err_set(err, "drafter '%s': the restored state covers %d positions, not %d", s->drafter->name,
+                          g->feat_pos + g->n_feat, n_done);
+    if (!taps || taps->pos > n_done || taps->pos + taps->n_rows != n)
+        return sp_err_set(err, "drafter '%s' needs the hidden states of the prompt from position %d",
+                          s->drafter->name, n_done);
+    g->n_toks = 0;                   /* x_{p+1} for every queued row p, from the prompt */
+    const int skip = n_done - taps->pos;     /* rows the state already holds */
+    const sp_taps rest = { .n_rows = taps->n_rows - skip, .n_layers = taps->n_layers, .dim = taps->dim,
+                           .pos = n_done, .data = taps->data + (size_t)skip * feat_width(g) };
+    if (rest.n_rows > 0) feat_push(g, &rest);
+    toks_push(g, prompt + g->feat_pos + 1, n - g->feat_pos - 1);
+    return 0;
+}
+
+/* State: the verified part of the head cache and both queues.  Ready
+ * pairs are run first, so what is kept is the head's small cache rather
+ * than the target's taps (three rows of the residual stream per token). */
 static int eg_checkpoint(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err) {
     eagle_draft *g = s->impl;
-    (void)err;
+    if (run_ready(g, err)) return -1;
     const size_t d = feat_width(g);
     const size_t kvb = (size_t)g->n_true * (size_t)g->kv->kv_dim * sizeof(sp_f16);
     const int32_t hdr[4] = { g->n_true, g->n_feat, g->feat_pos, g->n_toks };
@@ -356,6 +380,7 @@ static void eg_free(sp_drafter *d) {
 static const sp_drafter_ops eagle_ops = {
     .open = eg_open, .prefill = eg_prefill, .propose = eg_propose, .commit = eg_commit,
     .checkpoint = eg_checkpoint, .restore = eg_restore, .close = eg_close, .free = eg_free,
+    .resume = eg_resume,
 };
 
 sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_eagle_opts *o, sp_pool *pool,
@@ -388,6 +413,7 @@ sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_e
     d->n_taps = SP_HEAD_TAPS;
     memcpy(d->tap_layers, h->hp.target_layers, sizeof h->hp.target_layers);
     d->cheap = false;
+    d->keeps_state = true;
     d->default_draft_max = 6;
     return d;
 }

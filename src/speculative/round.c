@@ -34,6 +34,8 @@ struct sp_seq {
     seq_state state;
     int32_t *prompt;             /* (n_prompt) owned copy while prefilling */
     int n_prompt, n_prefilled;
+    int n_resumed;               /* the draft's restored state covers prompt[0..n_resumed) */
+    int n_start;                 /* prompt rows the cache held at the start (no taps for them) */
     float *logits;               /* (SP_MAX_DRAFT + 1, n_vocab) owned */
     /* hidden-state taps, for a draft whose drafter reads them */
     int n_taps;                  /* its tap layers; 0 = no taps */
@@ -177,7 +179,7 @@ void sp_seq_abort(sp_seq *q, sp_finish why) {
     if (q->state != SEQ_DONE) set_done(q, why);
 }
 
-int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, int n_cached, sp_err *err) {
+int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, int n_cached, int n_resumed, sp_err *err) {
     if (n_prompt <= 0) return sp_err_set(err, "generate: the prompt is empty");
     assert(n_cached >= 0 && n_cached <= q->kv->n);
     if (n_cached >= n_prompt)
@@ -186,7 +188,8 @@ int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, int n_cached, s
     if (q->kv->n - n_cached + n_prompt >= q->kv->n_ctx)
         return sp_err_set(err, "generate: the prompt (%d tokens) does not fit the context (%d)",
                           n_prompt - n_cached, q->kv->n_ctx - q->kv->n);
-    if (n_cached && q->n_taps)
+    assert(n_resumed >= 0 && n_resumed <= n_prompt && (!n_resumed || (q->draft && q->draft->drafter->ops->resume)));
+    if (n_cached && q->n_taps && n_resumed < n_cached)
         return sp_err_set(err, "drafter '%s' needs the prompt's hidden states from position 0: it cannot "
                           "start after a cached prefix", q->draft->drafter->name);
     free(q->prompt);
@@ -198,10 +201,13 @@ int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, int n_cached, s
     }
     q->n_prompt = n_prompt;
     q->n_prefilled = n_cached;       /* the cache holds those rows: the passes start after them */
+    q->n_resumed = n_resumed;
+    q->n_start = n_cached;
     q->state = SEQ_PREFILL;
     q->finish = SP_FINISH_NONE;
     memset(&q->st, 0, sizeof q->st);
     q->st.n_prompt = n_prompt - n_cached;
+    q->st.n_cached = n_cached;
     q->st.requests = 1;
     q->t_prefill0 = sp_now_ns();
     return 0;
@@ -604,10 +610,14 @@ static int finish_prefill(sp_seq *q, sp_err *err) {
     assert(q->n_rows > 0 && q->n_prefilled + q->n_rows <= q->n_prompt);
     q->n_prefilled += q->n_rows;
     if (q->n_prefilled < q->n_prompt) return 0;
-    const sp_taps taps = { .n_rows = q->n_prompt, .n_layers = q->n_taps, .dim = q->m->hp.n_embd,
-                           .pos = q->kv->n - q->n_prompt, .data = q->ptaps };
-    if (q->draft && q->draft->drafter->ops->prefill(q->draft, q->prompt, q->n_prompt, q->n_taps ? &taps : NULL,
-                                                    err))
+    /* taps exist for the rows this sequence ran: [n_start, n_prompt) */
+    const int r = q->n_resumed, c0 = q->n_start;
+    const sp_taps taps = { .n_rows = q->n_prompt - c0, .n_layers = q->n_taps, .dim = q->m->hp.n_embd,
+                           .pos = q->kv->n - q->n_prompt + c0,
+                           .data = q->ptaps ? (const float *)((char *)q->ptaps + tap_bytes(q, c0)) : NULL };
+    const sp_drafter_ops *ops = q->draft ? q->draft->drafter->ops : NULL;
+    if (ops && (r ? ops->resume(q->draft, q->prompt, q->n_prompt, r, q->n_taps ? &taps : NULL, err)
+                  : ops->prefill(q->draft, q->prompt, q->n_prompt, q->n_taps ? &taps : NULL, err)))
         return -1;
     free(q->prompt);
     q->prompt = NULL;

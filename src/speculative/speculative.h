@@ -100,6 +100,13 @@ typedef struct sp_drafter_ops {
      * already in the target cache, the first generated token arrives as the
      * first feed).  taps: the prompt's rows, for drafters that asked. */
     int (*prefill)(sp_draft *s, const int32_t *prompt, int n, const sp_taps *taps, sp_err *err);
+    /* Optional (NULL: the drafter's state is not worth keeping beside a
+     * cached prefix; it is primed afresh).  As prefill, after a restore of
+     * a checkpoint whose state covers prompt[0..n_done): the draft takes in
+     * the rest.  taps (drafters that asked) cover the rows the target ran,
+     * [taps->pos, n) with taps->pos <= n_done: rows before n_done are
+     * already in the state and are skipped. */
+    int (*resume)(sp_draft *s, const int32_t *prompt, int n, int n_done, const sp_taps *taps, sp_err *err);
     /* Absorbs feed (tokens emitted since the last round, oldest first) and
      * proposes up to max_n tokens.  max_n = 0 only absorbs the feed. */
     int (*propose)(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
@@ -141,6 +148,9 @@ struct sp_drafter {
     int n_taps;                      /* with SP_CAP_HIDDEN_TAPS: the layer boundaries it reads */
     int32_t tap_layers[SP_MAX_TAPS]; /* (see sp_fwd_seq: l < n_layer = input of layer l) */
     bool cheap;                      /* proposing costs ~nothing (may shadow-propose) */
+    bool keeps_state;                /* has ops->resume: its state is worth a checkpoint beside a
+                                        cached prefix (priming it costs passes; model-free drafters
+                                        rebuild theirs from the tokens in microseconds) */
     int default_draft_max;
     void *impl;
 };
@@ -340,7 +350,8 @@ typedef struct sp_spec_stats {
     int64_t pos_accepted[SP_STAT_POSITIONS];
     int64_t forwards;                /* target passes after prefill */
     int64_t emitted;                 /* generated tokens */
-    int64_t n_prompt;
+    int64_t n_prompt;                /* prompt tokens prefilled */
+    int64_t n_cached;                /* prompt tokens found in a cache (not prefilled) */
     uint64_t prefill_ns, draft_ns, verify_ns, sample_ns, total_ns;
     /* under a grammar */
     int64_t forced_drafted, forced_accepted;  /* grammar-forced draft tokens (also under "grammar"
@@ -472,11 +483,14 @@ void sp_seq_free(sp_seq *q);
 /* Starts a generation: the prompt (copied) is prefilled by the next plans,
  * except its first n_cached tokens, which the cache already holds (its
  * first n_cached rows, exactly those tokens' and positions': the caller's
- * word).  The drafter is primed with the whole prompt.  Fails on an empty
- * prompt, one the cache holds whole, one that does not fit, or a cached
- * prefix with a drafter that reads hidden states (it needs them from
- * position 0). */
-int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, int n_cached, sp_err *err);
+ * word).  The drafter is primed with the whole prompt, or, when n_resumed
+ * > 0, was restored from a checkpoint covering the prompt's first
+ * n_resumed tokens and is primed with the rest (ops->resume).  Fails on an
+ * empty prompt, one the cache holds whole, one that does not fit, or a
+ * cached prefix with a drafter that reads hidden states unless its state
+ * covers at least the cached rows (it needs the hidden states of every row
+ * it has not seen). */
+int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, int n_cached, int n_resumed, sp_err *err);
 bool sp_seq_prefilling(const sp_seq *q);
 /* Plans this sequence's rows of the next pass into fwd: a prompt chunk of
  * at most max_rows (0 = all), or the verification window [pending,

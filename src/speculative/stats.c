@@ -44,6 +44,7 @@ void sp_stats_add(sp_spec_stats *a, const sp_spec_stats *s) {
     a->forwards += s->forwards;
     a->emitted += s->emitted;
     a->n_prompt += s->n_prompt;
+    a->n_cached += s->n_cached;
     a->prefill_ns += s->prefill_ns;
     a->draft_ns += s->draft_ns;
     a->verify_ns += s->verify_ns;

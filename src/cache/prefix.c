@@ -1,0 +1,375 @@
+/* The prefix cache: a radix tree over token ids whose edges carry the KV
+ * rows of their positions (see cache.h). */
+#include "cache/cache.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct pc_ckpt {
+    char *ns;
+    uint8_t *blob;
+    size_t len;
+} pc_ckpt;
+
+typedef struct pc_node {
+    struct pc_node *parent;          /* NULL for the root */
+    struct pc_node **kids;
+    int n_kids, cap_kids;
+    int32_t *toks;                   /* (len) the edge */
+    int len;
+    int depth;                       /* position of toks[0] */
+    sp_f16 *k, *v;                   /* (n_layer, len, kv_dim) rows of the edge's positions */
+    pc_ckpt *ckpts;                  /* drafter states after the edge's last token */
+    int n_ckpts;
+    uint64_t used;                   /* last use (the cache's tick) */
+    int pin;                         /* > 0 while a call walks through it */
+    int idx;                         /* in sp_pcache.all */
+} pc_node;
+
+struct sp_pcache {
+    int n_layer, kv_dim;
+    char *identity;
+    pc_node root;
+    pc_node **all;                   /* every node but the root, for eviction scans */
+    int n_all, cap_all;
+    pc_node **path;                  /* scratch: the nodes of the last walk */
+    int n_path, cap_path;
+    uint64_t tick;
+    sp_pcache_stats st;
+};
+
+/* ----------------------------------------------------------------------------
+ * Nodes
+ * ------------------------------------------------------------------------- */
+
+static size_t row_bytes(const sp_pcache *pc) { return (size_t)pc->n_layer * (size_t)pc->kv_dim * sizeof(sp_f16); }
+
+size_t sp_pcache_token_bytes(const sp_pcache *pc) { return 2 * row_bytes(pc) + sizeof(int32_t); }
+
+static size_t node_bytes(const sp_pcache *pc, const pc_node *x) {
+    size_t b = sizeof *x + (size_t)x->len * sp_pcache_token_bytes(pc);
+    for (int i = 0; i < x->n_ckpts; i++) b += x->ckpts[i].len + strlen(x->ckpts[i].ns) + 1 + sizeof(pc_ckpt);
+    return b;
+}
+
+/* A node for positions [depth, depth + len), its rows uninitialised. */
+static pc_node *node_new(sp_pcache *pc, pc_node *parent, const int32_t *toks, int len) {
+    pc_node *x = sp_xcalloc(1, sizeof *x);
+    x->parent = parent;
+    x->len = len;
+    x->depth = parent->depth + parent->len;
+    x->toks = sp_xmalloc((size_t)len * sizeof(int32_t));
+    memcpy(x->toks, toks, (size_t)len * sizeof(int32_t));
+    const size_t n = (size_t)pc->n_layer * (size_t)len * (size_t)pc->kv_dim;
+    x->k = sp_xmalloc(n * sizeof(sp_f16));
+    x->v = sp_xmalloc(n * sizeof(sp_f16));
+    SP_VEC_GROW(parent->kids, parent->cap_kids, parent->n_kids + 1);
+    parent->kids[parent->n_kids++] = x;
+    SP_VEC_GROW(pc->all, pc->cap_all, pc->n_all + 1);
+    x->idx = pc->n_all;
+    pc->all[pc->n_all++] = x;
+    x->used = pc->tick;
+    return x;
+}
+
+static void ckpts_free(pc_node *x) {
+    for (int i = 0; i < x->n_ckpts; i++) {
+        free(x->ckpts[i].ns);
+        free(x->ckpts[i].blob);
+    }
+    free(x->ckpts);
+    x->ckpts = NULL;
+    x->n_ckpts = 0;
+}
+
+/* Frees a leaf and unlinks it from its parent and from pc->all. */
+static void node_drop(sp_pcache *pc, pc_node *x) {
+    assert(x->n_kids == 0 && x->parent && x->pin == 0);
+    pc->st.bytes -= node_bytes(pc, x);
+    pc_node *p = x->parent;
+    for (int i = 0; i < p->n_kids; i++)
+        if (p->kids[i] == x) {
+            p->kids[i] = p->kids[--p->n_kids];
+            break;
+        }
+    pc->all[x->idx] = pc->all[--pc->n_all];
+    pc->all[x->idx]->idx = x->idx;
+    ckpts_free(x);
+    free(x->kids);
+    free(x->toks);
+    free(x->k);
+    free(x->v);
+    free(x);
+}
+
+/* Copies rows [from, from + n) of a (n_layer, len_src, kv_dim) block into
+ * rows [to, to + n) of a (n_layer, len_dst, kv_dim) block. */
+static void rows_copy(const sp_pcache *pc, sp_f16 *dst, int len_dst, int to, const sp_f16 *src, int len_src,
+                      int from, int n) {
+    const size_t d = (size_t)pc->kv_dim;
+    for (int il = 0; il < pc->n_layer; il++)
+        memcpy(dst + ((size_t)il * len_dst + to) * d, src + ((size_t)il * len_src + from) * d,
+               (size_t)n * d * sizeof(sp_f16));
+}
+
+/* Splits x after its first m tokens (0 < m < len): a new node takes the
+ * first part and becomes x's parent.  Checkpoints stay with x (they
+ * describe the state after x's last token).  Returns the new node, which
+ * replaces x at the end of the walked path (and takes over its pin). */
+static pc_node *node_split(sp_pcache *pc, pc_node *x, int m) {
+    assert(m > 0 && m < x->len && x->parent);
+    pc_node *p = x->parent;
+    const size_t before = node_bytes(pc, x);
+    pc_node *top = node_new(pc, p, x->toks, m);     /* appended to p's kids: x is unlinked below */
+    p->n_kids--;
+    for (int i = 0; i < p->n_kids; i++)
+        if (p->kids[i] == x) p->kids[i] = top;
+    rows_copy(pc, top->k, m, 0, x->k, x->len, 0, m);
+    rows_copy(pc, top->v, m, 0, x->v, x->len, 0, m);
+    const int rest = x->len - m;
+    const size_t n = (size_t)pc->n_layer * (size_t)rest * (size_t)pc->kv_dim;
+    sp_f16 *k = sp_xmalloc(n * sizeof(sp_f16)), *v = sp_xmalloc(n * sizeof(sp_f16));
+    rows_copy(pc, k, rest, 0, x->k, x->len, m, rest);
+    rows_copy(pc, v, rest, 0, x->v, x->len, m, rest);
+    free(x->k);
+    free(x->v);
+    x->k = k;
+    x->v = v;
+    memmove(x->toks, x->toks + m, (size_t)rest * sizeof(int32_t));
+    x->len = rest;
+    x->depth += m;
+    x->parent = top;
+    top->kids = sp_xmalloc(sizeof *top->kids);
+    top->cap_kids = 1;
+    top->kids[0] = x;
+    top->n_kids = 1;
+    top->used = x->used;
+    pc->st.bytes += node_bytes(pc, top) + node_bytes(pc, x) - before;
+    if (pc->n_path && pc->path[pc->n_path - 1] == x) {
+        pc->path[pc->n_path - 1] = top;
+        top->pin = x->pin;
+        x->pin = 0;
+    }
+    return top;
+}
+
+/* ----------------------------------------------------------------------------
+ * Walking and eviction
+ * ------------------------------------------------------------------------- */
+
+static pc_node *kid_with(const pc_node *x, int32_t t) {
+    for (int i = 0; i < x->n_kids; i++)
+        if (x->kids[i]->toks[0] == t) return x->kids[i];
+    return NULL;
+}
+
+/* Follows toks[0..n) down the tree.  pc->path gets the nodes entered (the
+ * last may match only its first *part tokens: *part < its len).  Returns
+ * the tokens matched. */
+static int walk(sp_pcache *pc, const int32_t *toks, int n, int *part) {
+    pc->n_path = 0;
+    *part = 0;
+    const pc_node *x = &pc->root;
+    int at = 0;
+    while (at < n) {
+        pc_node *k = kid_with(x, toks[at]);
+        if (!k) break;
+        int m = 0;
+        while (m < k->len && at + m < n && k->toks[m] == toks[at + m]) m++;
+        SP_VEC_GROW(pc->path, pc->cap_path, pc->n_path + 1);
+        pc->path[pc->n_path++] = k;
+        at += m;
+        if (m < k->len) {
+            *part = m;
+            break;
+        }
+        x = k;
+    }
+    return at;
+}
+
+static void path_touch(sp_pcache *pc) {
+    pc->tick++;
+    for (int i = 0; i < pc->n_path; i++) pc->path[i]->used = pc->tick;
+}
+
+static void path_pin(sp_pcache *pc, int by) {
+    for (int i = 0; i < pc->n_path; i++) pc->path[i]->pin += by;
+}
+
+/* Evicts the least recently used unpinned leaf; false when none is left.
+ * A parent is used at least as recently as its children (every walk
+ * touches the whole path), so leaves go before the prefixes they extend. */
+static bool evict_one(sp_pcache *pc) {
+    pc_node *best = NULL;
+    for (int i = 0; i < pc->n_all; i++) {
+        pc_node *x = pc->all[i];
+        if (x->n_kids || x->pin) continue;
+        if (!best || x->used < best->used || (x->used == best->used && x->depth > best->depth)) best = x;
+    }
+    if (!best) return false;
+    pc->st.evictions++;
+    pc->st.evicted_tokens += best->len;
+    node_drop(pc, best);
+    return true;
+}
+
+/* Frees room until `need` more bytes fit; false if they cannot. */
+static bool make_room(sp_pcache *pc, size_t need) {
+    if (need > pc->st.budget) return false;
+    while (pc->st.bytes + need > pc->st.budget)
+        if (!evict_one(pc)) return false;
+    return true;
+}
+
+/* ----------------------------------------------------------------------------
+ * Public operations
+ * ------------------------------------------------------------------------- */
+
+sp_pcache *sp_pcache_create(int n_layer, int kv_dim, size_t budget, const char *identity) {
+    assert(n_layer > 0 && kv_dim > 0);
+    sp_pcache *pc = sp_xcalloc(1, sizeof *pc);
+    pc->n_layer = n_layer;
+    pc->kv_dim = kv_dim;
+    pc->identity = sp_xstrdup(identity ? identity : "");
+    pc->st.budget = budget;
+    return pc;
+}
+
+void sp_pcache_clear(sp_pcache *pc) {
+    for (int i = 0; i < pc->n_all; i++) pc->all[i]->pin = 0;
+    while (pc->n_all) {                /* leaves first, until the tree is empty */
+        for (int i = pc->n_all - 1; i >= 0; i--)
+            if (pc->all[i]->n_kids == 0) node_drop(pc, pc->all[i]);
+    }
+    ckpts_free(&pc->root);
+    assert(pc->st.bytes == 0);
+}
+
+void sp_pcache_free(sp_pcache *pc) {
+    if (!pc) return;
+    sp_pcache_clear(pc);
+    free(pc->root.kids);
+    free(pc->all);
+    free(pc->path);
+    free(pc->identity);
+    free(pc);
+}
+
+const char *sp_pcache_identity(const sp_pcache *pc) { return pc->identity; }
+
+int sp_pcache_match(sp_pcache *pc, const int32_t *toks, int n) {
+    int part;
+    return walk(pc, toks, n, &part);
+}
+
+int sp_pcache_load(sp_pcache *pc, const int32_t *toks, int n, int max_len, sp_kv *kv) {
+    assert(kv->n_layer == pc->n_layer && kv->kv_dim == pc->kv_dim);
+    pc->st.lookups++;
+    int part;
+    int got = walk(pc, toks, n < max_len ? n : max_len, &part);
+    if (got > kv->n_ctx) got = kv->n_ctx;
+    if (got <= 0) return 0;
+    path_touch(pc);
+    for (int i = 0; i < pc->n_path; i++) {
+        const pc_node *x = pc->path[i];
+        if (x->depth >= got) break;
+        const int m = x->depth + x->len <= got ? x->len : got - x->depth;
+        rows_copy(pc, kv->k, kv->n_ctx, x->depth, x->k, x->len, 0, m);
+        rows_copy(pc, kv->v, kv->n_ctx, x->depth, x->v, x->len, 0, m);
+    }
+    kv->n = got;
+    pc->st.hits++;
+    pc->st.hit_tokens += got;
+    return got;
+}
+
+int sp_pcache_store(sp_pcache *pc, const int32_t *toks, int n, const sp_kv *kv) {
+    assert(kv->n_layer == pc->n_layer && kv->kv_dim == pc->kv_dim && n <= kv->n);
+    int part;
+    const int have = walk(pc, toks, n, &part);
+    path_touch(pc);
+    if (have == n) return n;
+    path_pin(pc, 1);
+    pc_node *at = pc->n_path ? pc->path[pc->n_path - 1] : &pc->root;
+    if (part) at = node_split(pc, at, part);      /* the new edge branches off after `have` tokens */
+    /* the new edge: as many of the remaining tokens as the budget allows */
+    const size_t per = sp_pcache_token_bytes(pc);
+    int len = n - have;
+    if (!make_room(pc, sizeof(pc_node) + (size_t)len * per)) {
+        /* shorter: whatever fits once every unpinned leaf is gone */
+        while (evict_one(pc)) {}
+        const size_t free_b = pc->st.budget > pc->st.bytes ? pc->st.budget - pc->st.bytes : 0;
+        len = free_b > sizeof(pc_node) ? (int)((free_b - sizeof(pc_node)) / per) : 0;
+        if (len > n - have) len = n - have;
+    }
+    int stored = have;
+    if (len > 0) {
+        pc_node *x = node_new(pc, at, toks + have, len);
+        rows_copy(pc, x->k, len, 0, kv->k, kv->n_ctx, have, len);
+        rows_copy(pc, x->v, len, 0, kv->v, kv->n_ctx, have, len);
+        pc->st.bytes += node_bytes(pc, x);
+        pc->st.stored_tokens += len;
+        stored += len;
+    }
+    path_pin(pc, -1);
+    return stored;
+}
+
+int sp_pcache_put_ckpt(sp_pcache *pc, const int32_t *toks, int n, const char *ns, const uint8_t *blob,
+                       size_t len) {
+    int part;
+    if (n <= 0 || walk(pc, toks, n, &part) != n) return -1;
+    path_touch(pc);
+    path_pin(pc, 1);
+    pc_node *x = pc->path[pc->n_path - 1];
+    if (part) x = node_split(pc, x, part);   /* the boundary falls inside x: end a node there */
+    for (int i = 0; i < x->n_ckpts; i++)
+        if (!strcmp(x->ckpts[i].ns, ns)) {   /* replaced */
+            pc->st.bytes -= x->ckpts[i].len + strlen(ns) + 1 + sizeof(pc_ckpt);
+            free(x->ckpts[i].ns);
+            free(x->ckpts[i].blob);
+            x->ckpts[i] = x->ckpts[--x->n_ckpts];
+            break;
+        }
+    const size_t need = len + strlen(ns) + 1 + sizeof(pc_ckpt);
+    int rc = -1;
+    if (make_room(pc, need)) {
+        x->ckpts = sp_xrealloc(x->ckpts, (size_t)(x->n_ckpts + 1) * sizeof *x->ckpts);
+        pc_ckpt *c = &x->ckpts[x->n_ckpts++];
+        c->ns = sp_xstrdup(ns);
+        c->blob = sp_xmalloc(len ? len : 1);
+        memcpy(c->blob, blob, len);
+        c->len = len;
+        pc->st.bytes += need;
+        rc = 0;
+    }
+    path_pin(pc, -1);
+    return rc;
+}
+
+int sp_pcache_find_ckpt(sp_pcache *pc, const int32_t *toks, int n, int max_len, const char *ns,
+                        const uint8_t **blob, size_t *len) {
+    int part;
+    const int got = walk(pc, toks, n < max_len ? n : max_len, &part);
+    (void)got;
+    for (int i = pc->n_path - 1; i >= 0; i--) {
+        const pc_node *x = pc->path[i];
+        if (i == pc->n_path - 1 && part) continue;   /* matched only partly: no boundary at its end */
+        for (int j = 0; j < x->n_ckpts; j++)
+            if (!strcmp(x->ckpts[j].ns, ns)) {
+                *blob = x->ckpts[j].blob;
+                *len = x->ckpts[j].len;
+                pc->st.ckpt_hits++;
+                return x->depth + x->len;
+            }
+    }
+    return 0;
+}
+
+sp_pcache_stats sp_pcache_get_stats(const sp_pcache *pc) {
+    sp_pcache_stats s = pc->st;
+    s.nodes = pc->n_all;
+    return s;
+}
