@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""The server's prefix cache (--cache-ram) through the official `openai`
+client: a multi-turn conversation, where each turn resends the whole
+history, gets the same answers from a server with the cache as from one
+without (T = 0 and seeded T = 0.8, plain and speculating), reports the
+reused prompt tokens in usage.prompt_tokens_details.cached_tokens, and
+shows its hits in /metrics; --cache-ram 0 turns it off; a bad value is a
+usage error.  TAP out.
+
+Run from the repository root:  .venv/bin/python tests/serve/test_prefix_cache.py
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from taplib import check, plan, tap  # noqa: E402
+from test_serve import BIN, KEY, Server  # noqa: E402
+
+SYSTEM = ("You are a careful assistant for a small bookshop. The shop sells novels, poetry, history and "
+          "travel books, opens at nine and closes at six, and ships orders within two days.")
+TURNS = ["What kinds of books does the shop sell?", "When does it open?", "And when does it close?",
+         "How fast are orders shipped?"]
+
+
+def conversation(client, method, temperature):
+    """The four turns, each with the whole history; returns (answers, cached tokens per turn)."""
+    msgs = [{"role": "system", "content": SYSTEM}]
+    answers, cached = [], []
+    for t in TURNS:
+        msgs.append({"role": "user", "content": t})
+        r = client.chat.completions.create(model="smollm2-135m", messages=msgs, max_tokens=24,
+                                           temperature=temperature, seed=7,
+                                           extra_body={"speculative": {"method": method}})
+        text = r.choices[0].message.content
+        answers.append(text)
+        cached.append(r.usage.prompt_tokens_details.cached_tokens)
+        assert 0 <= cached[-1] < r.usage.prompt_tokens, r.usage
+        msgs.append({"role": "assistant", "content": text})
+    return answers, cached
+
+
+def metrics(srv):
+    req = urllib.request.Request(srv.base + "/metrics", headers={"Authorization": "Bearer " + KEY})
+    return urllib.request.urlopen(req, timeout=30).read().decode()
+
+
+def metric(text, name):
+    m = re.search(r"^" + name + r" (\d+)$", text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def main():
+    try:
+        import openai
+    except ImportError as e:
+        tap(False, f"the openai package is installed ({e}; run scripts/setup.sh)")
+        return plan()
+    if not os.access(BIN, os.X_OK):
+        tap(False, f"{BIN} exists (make BUILD=release)")
+        return plan()
+    warm = Server("--api-key", KEY, "--spec", "suffix", "--parallel", "2")
+    cold = Server("--api-key", KEY, "--spec", "suffix", "--parallel", "2", "--cache-ram", "0")
+    try:
+        cw = openai.OpenAI(base_url=warm.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
+        cc = openai.OpenAI(base_url=cold.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
+        for method in ("none", "suffix"):
+            for temp in (0.0, 0.8):
+                def same(method=method, temp=temp):
+                    a, ca = conversation(cw, method, temp)
+                    b, cb = conversation(cc, method, temp)
+                    assert a == b, (a, b)
+                    assert cb == [0, 0, 0, 0], cb
+                    # every later turn finds the earlier history; the first
+                    # turn of a repeated conversation finds its own prompt
+                    assert all(c > 0 for c in ca[1:]), ca
+                    return True
+                check(f"{method}, T={temp}: a conversation with the cache answers as without it, "
+                      "and turns 2..4 report cached tokens", same)
+        m = metrics(warm)
+        check("/metrics: prefix-cache lookups, hits and hit tokens are counted",
+              lambda: metric(m, "specula_prefix_cache_hits_total") > 0 and
+              metric(m, "specula_prefix_cache_hit_tokens_total") == metric(m, "specula_prompt_tokens_cached_total")
+              and metric(m, "specula_prefix_cache_lookups_total") >= 16)
+        check("/metrics: the cache's bytes stay within its budget",
+              lambda: 0 < metric(m, "specula_prefix_cache_bytes") <= metric(m, "specula_prefix_cache_budget_bytes")
+              == 1024 << 20)
+        check("/metrics: without a cache, no prefix-cache series and nothing cached",
+              lambda: "specula_prefix_cache_" not in metrics(cold) and
+              metric(metrics(cold), "specula_prompt_tokens_cached_total") == 0)
+        check("the log line names the cache", lambda: "prefix cache 1024 MiB" in warm.text() and
+              "prefix cache off" in cold.text())
+        check("SIGTERM exits 0 (with the cache)", lambda: warm.stop() == 0)
+        check("SIGTERM exits 0 (without)", lambda: cold.stop() == 0)
+        warm.check_sanitizer()
+        cold.check_sanitizer()
+    finally:
+        warm.stop(signal.SIGKILL)
+        cold.stop(signal.SIGKILL)
+    r = subprocess.run([BIN, "serve", "--cache-ram", "-2"], capture_output=True, text=True)
+    tap(r.returncode == 2 and "--cache-ram" in r.stderr, "--cache-ram -2 is a usage error (exit 2)", r.stderr)
+    return plan()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
