@@ -309,7 +309,7 @@ static sp_job *make_job(sp_server *s, sp_req *q, sp_resp_ctx *ctx, sp_api_err *e
     sp_tokens toks = { 0 };
     sp_job_cfg c = { .m = s->m, .tok = s->tok, .sampling = &q->sampling, .stops = q->stops,
                      .n_stops = q->n_stops, .logprobs = q->logprobs, .top_logprobs = q->top_logprobs,
-                     .ignore_eos = q->ignore_eos, .mx = s->mx };
+                     .ignore_eos = q->ignore_eos, .no_cache = q->no_cache, .mx = s->mx };
     sp_job *j = NULL;
     sp_err err;
     const uint64_t n = __atomic_add_fetch(&s->counter, 1, __ATOMIC_RELAXED);

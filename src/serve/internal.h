@@ -52,6 +52,7 @@ typedef struct sp_job_cfg {
     bool logprobs;
     int top_logprobs;
     bool ignore_eos;
+    bool no_cache;                   /* bypass the prefix cache */
     sp_drafter *drafter;             /* NULL = plain decoding (borrowed) */
     int draft_max;                   /* SP_DRAFT_ADAPTIVE, 0, or fixed */
     sp_metrics *mx;                  /* borrowed, may be NULL */

@@ -32,7 +32,7 @@ struct sp_job {
     int32_t *prompt;                 /* (n_prompt) owned */
     int n_prompt;
     int max_tokens;
-    bool logprobs, ignore_eos;
+    bool logprobs, ignore_eos, no_cache;
     int top_logprobs;
     int draft_max;
     sp_metrics *mx;
@@ -84,6 +84,7 @@ sp_job *sp_job_create(const sp_job_cfg *c, sp_api_err *err) {
     j->logprobs = c->logprobs;
     j->top_logprobs = c->top_logprobs;
     j->ignore_eos = c->ignore_eos;
+    j->no_cache = c->no_cache;
     j->draft_max = c->drafter ? c->draft_max : 0;
     j->mx = c->mx;
     snprintf(j->method, sizeof j->method, "%s", c->drafter ? c->drafter->name : "none");
@@ -350,6 +351,7 @@ int sp_job_start(sp_job *j, sp_ctx *ctx, sp_err *err) {
     p.grammar = j->grammar;
     p.grammar_trigger = j->grammar_trigger;
     p.forced_spans = j->drafter != NULL;  /* a speculating server drafts what the grammar forces */
+    p.use_cache = !j->no_cache;
     p.emit = on_token;
     p.ud = j;
     j->t_start = sp_now_ns();

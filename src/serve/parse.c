@@ -454,6 +454,9 @@ static int parse_fields(json_t *o, sp_req *r, int n_vocab, sp_api_err *e) {
     free(user);
     if (rc) return -1;
     if (get_bool(o, "ignore_eos", &r->ignore_eos, e)) return -1;
+    bool cache_prompt = true;
+    if (get_bool(o, "cache_prompt", &cache_prompt, e)) return -1;
+    r->no_cache = !cache_prompt;
     if (r->kind == SP_API_COMPLETION && parse_completion_extras(o, e)) return -1;
     if (parse_constraints(o, r, e)) return -1;
     return parse_speculative(o, r, e);

@@ -99,6 +99,8 @@ typedef struct sp_req {
     bool logprobs;
     int top_logprobs;                /* alternatives per position, 0..20 */
     bool ignore_eos;                 /* extension (vLLM's name) */
+    bool no_cache;                   /* "cache_prompt": false (llama-server's name): this request
+                                        neither reads nor fills the prefix cache */
     /* "speculative": {"method": "none|ngram|suffix", "draft_max": N|"adaptive"} */
     char method[32];                 /* "" = server default */
     int draft_max;                   /* SP_DRAFT_ADAPTIVE, 0..SP_MAX_DRAFT; -2 = server default */

@@ -20,6 +20,7 @@
  * ------------------------------------------------------------------------ */
 
 void sp_dm_ints_push(int32_t **a, int *n, int *cap, const int32_t *t, int k) {
+    if (k <= 0) return;
     SP_VEC_GROW(*a, *cap, *n + k);
     memcpy(*a + *n, t, (size_t)k * sizeof(int32_t));
     *n += k;
@@ -169,7 +170,8 @@ static int dm_checkpoint(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err) {
     uint8_t *p = *buf = sp_xmalloc(*len);
     p += sp_ckpt_header(s->drafter, p, h);
     memcpy(p, hdr, sizeof hdr); p += sizeof hdr;
-    memcpy(p, g->hist, (size_t)g->n_hist * sizeof(int32_t)); p += (size_t)g->n_hist * sizeof(int32_t);
+    if (g->n_hist) memcpy(p, g->hist, (size_t)g->n_hist * sizeof(int32_t));
+    p += (size_t)g->n_hist * sizeof(int32_t);
     for (int il = 0; il < kv->n_layer; il++) {
         const size_t at = (size_t)il * kv->n_ctx * kv->kv_dim, n = (size_t)g->n_cached * row;
         memcpy(p, kv->k + at, n); p += n;

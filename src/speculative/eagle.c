@@ -79,6 +79,7 @@ static void feat_push(eagle_draft *g, const sp_taps *t) {
 }
 
 static void toks_push(eagle_draft *g, const int32_t *t, int n) {
+    if (n <= 0) return;
     SP_VEC_GROW(g->toks, g->cap_toks, g->n_toks + n);
     memcpy(g->toks + g->n_toks, t, (size_t)n * sizeof *t);
     g->n_toks += n;
@@ -318,8 +319,9 @@ static int eg_checkpoint(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err) {
     memcpy(p, hdr, sizeof hdr); p += sizeof hdr;
     memcpy(p, g->kv->k, kvb); p += kvb;
     memcpy(p, g->kv->v, kvb); p += kvb;
-    memcpy(p, g->feat, (size_t)g->n_feat * d * sizeof(float)); p += (size_t)g->n_feat * d * sizeof(float);
-    memcpy(p, g->toks, (size_t)g->n_toks * sizeof(int32_t));
+    if (g->n_feat) memcpy(p, g->feat, (size_t)g->n_feat * d * sizeof(float));
+    p += (size_t)g->n_feat * d * sizeof(float);
+    if (g->n_toks) memcpy(p, g->toks, (size_t)g->n_toks * sizeof(int32_t));
     *buf = b;
     *len = n;
     return 0;
@@ -347,7 +349,8 @@ static int eg_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *err) 
     g->feat_pos = hdr[2];
     g->n_feat = g->n_toks = 0;
     SP_VEC_GROW(g->feat, g->cap_feat, (size_t)hdr[1] * d);
-    memcpy(g->feat, p, (size_t)hdr[1] * d * sizeof(float)); p += (size_t)hdr[1] * d * sizeof(float);
+    if (hdr[1]) memcpy(g->feat, p, (size_t)hdr[1] * d * sizeof(float));
+    p += (size_t)hdr[1] * d * sizeof(float);
     g->n_feat = hdr[1];
     toks_push(g, (const int32_t *)(const void *)p, hdr[3]);
     g->have_logits = false;

@@ -43,6 +43,15 @@ def conversation(client, method, temperature):
     return answers, cached
 
 
+def bad_cache_prompt(client, openai):
+    try:
+        client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "hi"}],
+                                       max_tokens=2, extra_body={"cache_prompt": "yes"})
+    except openai.BadRequestError as e:
+        return "cache_prompt" in str(e)
+    return False
+
+
 def metrics(srv):
     req = urllib.request.Request(srv.base + "/metrics", headers={"Authorization": "Bearer " + KEY})
     return urllib.request.urlopen(req, timeout=30).read().decode()
@@ -80,11 +89,25 @@ def main():
                     return True
                 check(f"{method}, T={temp}: a conversation with the cache answers as without it, "
                       "and turns 2..4 report cached tokens", same)
+        def bypass():
+            msgs = [{"role": "user", "content": "Spell the word 'lighthouse' backwards."}]
+            cached = []
+            for cp in (False, False, True, True):
+                r = cw.chat.completions.create(model="smollm2-135m", messages=msgs, max_tokens=8, temperature=0,
+                                               extra_body={"cache_prompt": cp})
+                cached.append(r.usage.prompt_tokens_details.cached_tokens)
+                n = r.usage.prompt_tokens
+            # neither read nor filled by cache_prompt: false; then filled
+            # (only the template's opening was there), then read whole
+            assert cached[:2] == [0, 0] and cached[2] < n - 1 and cached[3] == n - 1, (cached, n)
+            return True
+        check('"cache_prompt": false bypasses the cache (no lookup, nothing stored)', bypass)
+        check('"cache_prompt": "yes" is a 400 naming the field', lambda: bad_cache_prompt(cw, openai))
         m = metrics(warm)
         check("/metrics: prefix-cache lookups, hits and hit tokens are counted",
               lambda: metric(m, "specula_prefix_cache_hits_total") > 0 and
               metric(m, "specula_prefix_cache_hit_tokens_total") == metric(m, "specula_prompt_tokens_cached_total")
-              and metric(m, "specula_prefix_cache_lookups_total") >= 16)
+              and metric(m, "specula_prefix_cache_lookups_total") >= 18)
         check("/metrics: the cache's bytes stay within its budget",
               lambda: 0 < metric(m, "specula_prefix_cache_bytes") <= metric(m, "specula_prefix_cache_budget_bytes")
               == 1024 << 20)
