@@ -182,20 +182,17 @@ static void cache_store(sp_ctx *c, slot *s, bool ckpt) {
 }
 
 /* A drafter's state is kept when priming it costs passes (keeps_state).
- * At the end of a sequence only for drafters that match rows by their
- * tokens: one reading hidden states resumes only from the state after a
- * prompt, whose boundary it covers exactly. */
-static bool keeps_state(const slot *s, bool at_end) {
-    return s->draft && s->draft->drafter->keeps_state &&
-           !(at_end && (s->draft->drafter->needs & SP_CAP_HIDDEN_TAPS));
-}
+ * Its checkpoint covers exactly the rows stored with it: after the prompt's
+ * prefill, the prompt; at the end, every row in the cache (a drafter that
+ * reads hidden states has had every verified row committed to it). */
+static bool keeps_state(const slot *s) { return s->draft && s->draft->drafter->keeps_state; }
 
 /* The prompt has been prefilled: its rows, and the draft's state right
  * after its prefill, go into the cache. */
 static void cache_prompt_done(sp_ctx *c, slot *s) {
     s->prompt_done = true;
     s->primed = s->kv->n >= s->n_prompt && sp_seq_finish_reason(s->seq) != SP_FINISH_ERROR;
-    if (s->primed) cache_store(c, s, keeps_state(s, false));
+    if (s->primed) cache_store(c, s, keeps_state(s));
 }
 
 /* Starts slot s from the longest cached prefix of the prompt, resuming its
@@ -208,7 +205,7 @@ static int cache_start(sp_ctx *c, slot *s, const sp_seq_params *p, int *resumed)
     const int max = p->n_prompt - 1;   /* the last prompt row gives the first logits: always run */
     const bool taps = s->draft && (s->draft->drafter->needs & SP_CAP_HIDDEN_TAPS);
     *resumed = 0;
-    if (keeps_state(s, false)) {
+    if (keeps_state(s)) {
         const uint8_t *blob;
         size_t len;
         sp_err e;
@@ -310,7 +307,7 @@ void sp_ctx_remove(sp_ctx *c, int id) {
     assert(id >= 0 && id < c->p.n_slots);
     slot *s = &c->slots[id];
     if (!s->used) return;
-    if (s->cache_on) cache_store(c, s, s->primed && keeps_state(s, true));
+    if (s->cache_on) cache_store(c, s, s->primed && keeps_state(s));
     slot_release(s);
 }
 

@@ -85,12 +85,14 @@ static void toks_push(eagle_draft *g, const int32_t *t, int n) {
     g->n_toks += n;
 }
 
-/* Runs every pair whose token has arrived through the head, appending to
- * its cache; the last one's output and logits become the proposal's start. */
-static int run_ready(eagle_draft *g, sp_err *err) {
+/* Runs the pairs whose token has arrived (at most max_rows) through the
+ * head, appending to its cache; the last one's output and logits become
+ * the proposal's start. */
+static int run_pairs(eagle_draft *g, int max_rows, sp_err *err) {
     const int d = g->h->hp.n_embd;
     const size_t w = feat_width(g);
-    const int ready = g->n_feat < g->n_toks ? g->n_feat : g->n_toks;
+    int ready = g->n_feat < g->n_toks ? g->n_feat : g->n_toks;
+    if (ready > max_rows) ready = max_rows;
     assert(g->kv->n == g->n_true && g->n_true == g->feat_pos);
     for (int at = 0; at < ready; at += EAGLE_ROWS) {
         const int n = ready - at < EAGLE_ROWS ? ready - at : EAGLE_ROWS;
@@ -110,6 +112,8 @@ static int run_ready(eagle_draft *g, sp_err *err) {
     g->have_logits = true;
     return 0;
 }
+
+static int run_ready(eagle_draft *g, sp_err *err) { return run_pairs(g, g->n_feat, err); }
 
 /* ----------------------------------------------------------------------------
  * Drafting
@@ -306,10 +310,12 @@ static int eg_resume(sp_draft *s, const int32_t *prompt, int n, int n_done, cons
 
 /* State: the verified part of the head cache and both queues.  Ready
  * pairs are run first, so what is kept is the head's small cache rather
- * than the target's taps (three rows of the residual stream per token). */
+ * than the target's taps (three rows of the residual stream per token),
+ * all but the last row: its next token is the one a resumed prompt brings
+ * (eg_resume), which need not be the token this sequence had queued. */
 static int eg_checkpoint(sp_draft *s, uint8_t **buf, size_t *len, sp_err *err) {
     eagle_draft *g = s->impl;
-    if (run_ready(g, err)) return -1;
+    if (g->n_feat > 1 && run_pairs(g, g->n_feat - 1, err)) return -1;
     const size_t d = feat_width(g);
     const size_t kvb = (size_t)g->n_true * (size_t)g->kv->kv_dim * sizeof(sp_f16);
     const int32_t hdr[4] = { g->n_true, g->n_feat, g->feat_pos, g->n_toks };
