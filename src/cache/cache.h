@@ -79,6 +79,16 @@ int sp_pcache_put_ckpt(sp_pcache *pc, const int32_t *toks, int n, const char *ns
 int sp_pcache_find_ckpt(sp_pcache *pc, const int32_t *toks, int n, int max_len, const char *ns,
                         const uint8_t **blob, size_t *len);
 
+/* Writes the whole cache (rows, checkpoints, identity, checksum) to path,
+ * through a temporary file renamed into place. */
+int sp_pcache_save(const sp_pcache *pc, const char *path, sp_err *err);
+/* Fills an empty cache from a file sp_pcache_save wrote for the same
+ * identity and row shape, within the cache's budget (nodes come parents
+ * first; one that does not fit is left out with everything under it).  A foreign, truncated or corrupt file
+ * (see file.c) is refused with err and leaves the cache empty.  n_vocab
+ * bounds the token ids. */
+int sp_pcache_load_file(sp_pcache *pc, const char *path, int n_vocab, sp_err *err);
+
 /* Drops every entry. */
 void sp_pcache_clear(sp_pcache *pc);
 

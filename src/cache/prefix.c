@@ -1,43 +1,10 @@
 /* The prefix cache: a radix tree over token ids whose edges carry the KV
  * rows of their positions (see cache.h). */
-#include "cache/cache.h"
+#include "cache/internal.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct pc_ckpt {
-    char *ns;
-    uint8_t *blob;
-    size_t len;
-} pc_ckpt;
-
-typedef struct pc_node {
-    struct pc_node *parent;          /* NULL for the root */
-    struct pc_node **kids;
-    int n_kids, cap_kids;
-    int32_t *toks;                   /* (len) the edge */
-    int len;
-    int depth;                       /* position of toks[0] */
-    sp_f16 *k, *v;                   /* (n_layer, len, kv_dim) rows of the edge's positions */
-    pc_ckpt *ckpts;                  /* drafter states after the edge's last token */
-    int n_ckpts;
-    uint64_t used;                   /* last use (the cache's tick) */
-    int pin;                         /* > 0 while a call walks through it */
-    int idx;                         /* in sp_pcache.all */
-} pc_node;
-
-struct sp_pcache {
-    int n_layer, kv_dim;
-    char *identity;
-    pc_node root;
-    pc_node **all;                   /* every node but the root, for eviction scans */
-    int n_all, cap_all;
-    pc_node **path;                  /* scratch: the nodes of the last walk */
-    int n_path, cap_path;
-    uint64_t tick;
-    sp_pcache_stats st;
-};
 
 /* ----------------------------------------------------------------------------
  * Nodes
@@ -47,14 +14,14 @@ static size_t row_bytes(const sp_pcache *pc) { return (size_t)pc->n_layer * (siz
 
 size_t sp_pcache_token_bytes(const sp_pcache *pc) { return 2 * row_bytes(pc) + sizeof(int32_t); }
 
-static size_t node_bytes(const sp_pcache *pc, const pc_node *x) {
+size_t sp_pc_node_bytes(const sp_pcache *pc, const pc_node *x) {
     size_t b = sizeof *x + (size_t)x->len * sp_pcache_token_bytes(pc);
     for (int i = 0; i < x->n_ckpts; i++) b += x->ckpts[i].len + strlen(x->ckpts[i].ns) + 1 + sizeof(pc_ckpt);
     return b;
 }
 
 /* A node for positions [depth, depth + len), its rows uninitialised. */
-static pc_node *node_new(sp_pcache *pc, pc_node *parent, const int32_t *toks, int len) {
+pc_node *sp_pc_node_new(sp_pcache *pc, pc_node *parent, const int32_t *toks, int len) {
     pc_node *x = sp_xcalloc(1, sizeof *x);
     x->parent = parent;
     x->len = len;
@@ -86,7 +53,7 @@ static void ckpts_free(pc_node *x) {
 /* Frees a leaf and unlinks it from its parent and from pc->all. */
 static void node_drop(sp_pcache *pc, pc_node *x) {
     assert(x->n_kids == 0 && x->parent && x->pin == 0);
-    pc->st.bytes -= node_bytes(pc, x);
+    pc->st.bytes -= sp_pc_node_bytes(pc, x);
     pc_node *p = x->parent;
     for (int i = 0; i < p->n_kids; i++)
         if (p->kids[i] == x) {
@@ -120,8 +87,8 @@ static void rows_copy(const sp_pcache *pc, sp_f16 *dst, int len_dst, int to, con
 static pc_node *node_split(sp_pcache *pc, pc_node *x, int m) {
     assert(m > 0 && m < x->len && x->parent);
     pc_node *p = x->parent;
-    const size_t before = node_bytes(pc, x);
-    pc_node *top = node_new(pc, p, x->toks, m);     /* appended to p's kids: x is unlinked below */
+    const size_t before = sp_pc_node_bytes(pc, x);
+    pc_node *top = sp_pc_node_new(pc, p, x->toks, m);     /* appended to p's kids: x is unlinked below */
     p->n_kids--;
     for (int i = 0; i < p->n_kids; i++)
         if (p->kids[i] == x) p->kids[i] = top;
@@ -145,7 +112,7 @@ static pc_node *node_split(sp_pcache *pc, pc_node *x, int m) {
     top->kids[0] = x;
     top->n_kids = 1;
     top->used = x->used;
-    pc->st.bytes += node_bytes(pc, top) + node_bytes(pc, x) - before;
+    pc->st.bytes += sp_pc_node_bytes(pc, top) + sp_pc_node_bytes(pc, x) - before;
     if (pc->n_path && pc->path[pc->n_path - 1] == x) {
         pc->path[pc->n_path - 1] = top;
         top->pin = x->pin;
@@ -158,7 +125,7 @@ static pc_node *node_split(sp_pcache *pc, pc_node *x, int m) {
  * Walking and eviction
  * ------------------------------------------------------------------------- */
 
-static pc_node *kid_with(const pc_node *x, int32_t t) {
+pc_node *sp_pc_kid_with(const pc_node *x, int32_t t) {
     for (int i = 0; i < x->n_kids; i++)
         if (x->kids[i]->toks[0] == t) return x->kids[i];
     return NULL;
@@ -173,7 +140,7 @@ static int walk(sp_pcache *pc, const int32_t *toks, int n, int *part) {
     const pc_node *x = &pc->root;
     int at = 0;
     while (at < n) {
-        pc_node *k = kid_with(x, toks[at]);
+        pc_node *k = sp_pc_kid_with(x, toks[at]);
         if (!k) break;
         int m = 0;
         while (m < k->len && at + m < n && k->toks[m] == toks[at + m]) m++;
@@ -306,10 +273,10 @@ int sp_pcache_store(sp_pcache *pc, const int32_t *toks, int n, const sp_kv *kv) 
     }
     int stored = have;
     if (len > 0) {
-        pc_node *x = node_new(pc, at, toks + have, len);
+        pc_node *x = sp_pc_node_new(pc, at, toks + have, len);
         rows_copy(pc, x->k, len, 0, kv->k, kv->n_ctx, have, len);
         rows_copy(pc, x->v, len, 0, kv->v, kv->n_ctx, have, len);
-        pc->st.bytes += node_bytes(pc, x);
+        pc->st.bytes += sp_pc_node_bytes(pc, x);
         pc->st.stored_tokens += len;
         stored += len;
     }

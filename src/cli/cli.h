@@ -148,4 +148,15 @@ sp_drafter *sp_engine_drafter(const sp_engine *e, const char *method, const sp_s
  * one for a known model), or NULL. */
 const char *sp_engine_head(const sp_engine *e, const sp_spec_cli *o, char *buf, size_t cap);
 
+/* The engine's prefix cache on disk (prompt_cache.c).  Load: fills it
+ * from path when the file exists; a foreign, truncated or corrupt file is
+ * ignored with a warning on stderr (the cache stays empty).  Save: writes
+ * it (a warning on failure).  Both do nothing without a cache. */
+void sp_engine_cache_load(const sp_engine *e, const char *path, const char *cmd);
+void sp_engine_cache_save(const sp_engine *e, const char *path, const char *cmd);
+/* The file --cache-dir DIR keeps the cache of this model in:
+ * DIR/prefix-<fingerprint>.spcache (DIR created when missing).  -1 + err
+ * when it cannot be made. */
+int sp_engine_cache_file(const sp_engine *e, const char *dir, char *buf, size_t cap, sp_err *err);
+
 #endif /* SP_CLI_H */

@@ -30,6 +30,10 @@ static const char run_help[] =
     "      --frequency-penalty F  (default 0)\n"
     "      --seed S            sampling seed (default: random, printed)\n"
     "      --stop TEXT         stop when TEXT is generated (repeatable)\n"
+    "      --prompt-cache FILE  reuse the KV rows of a prompt prefix saved in FILE by an\n"
+    "                          earlier run (same model; a foreign or corrupt file is ignored\n"
+    "                          with a warning), and save this run's prompt and answer there\n"
+    "      --prompt-cache-ro   read --prompt-cache FILE but do not update it\n"
     "      --ignore-eos        keep generating after end-of-generation tokens\n"
     "      --grammar GBNF      constrain the output to a grammar (llama.cpp's GBNF, rule root)\n"
     "      --grammar-file PATH the grammar from a file\n"
@@ -123,8 +127,8 @@ int sp_cmd_run(int argc, char **argv) {
     sp_engine_opts eo = { 0 };
     sp_sampler_params sp = sp_sampler_defaults();
     sp.temperature = 0.8f; sp.top_k = 40; sp.top_p = 0.95f; sp.min_p = 0.05f;
-    const char *prompt = NULL, *file = NULL, *system = NULL;
-    bool chat = false, quiet = false, seed_set = false, no_forced = false;
+    const char *prompt = NULL, *file = NULL, *system = NULL, *prompt_cache = NULL;
+    bool chat = false, quiet = false, seed_set = false, no_forced = false, cache_ro = false;
     run_grammar gc = { 0 };
     sp_grammar *grammar = NULL;
     int n_predict = 128;
@@ -154,6 +158,8 @@ int sp_cmd_run(int argc, char **argv) {
         { "-j|--json-schema", SP_FLAG_STR, &gc.schema, 0, 0 },
         { "--json-schema-file", SP_FLAG_STR, &gc.schema_file, 0, 0 },
         { "--no-forced-spans", SP_FLAG_SET, &no_forced, 0, 0 },
+        { "--prompt-cache", SP_FLAG_STR, &prompt_cache, 0, 0 },
+        { "--prompt-cache-ro", SP_FLAG_SET, &cache_ro, 0, 0 },
     };
     sp_args a = { "run", argc, argv, 1 };
     for (; a.i < argc; a.i++) {
@@ -176,6 +182,9 @@ int sp_cmd_run(int argc, char **argv) {
     if (!prompt && !file) return sp_usage_error("run", "no prompt: use -p TEXT or -f FILE");
     if (prompt && file) return sp_usage_error("run", "use either -p or -f, not both");
     if (system && !chat) return sp_usage_error("run", "--system needs --chat");
+    if (cache_ro && !prompt_cache) return sp_usage_error("run", "--prompt-cache-ro needs --prompt-cache FILE");
+    if (prompt_cache && !*prompt_cache) return sp_usage_error("run", "--prompt-cache needs a file name");
+    if (prompt_cache) eo.cache_mib = -1;      /* everything this run computes goes to the file */
     if (!!gc.text + !!gc.file + !!gc.schema + !!gc.schema_file > 1)
         return sp_usage_error("run", "use one of --grammar, --grammar-file, --json-schema, --json-schema-file");
     const bool forced_only = strcmp(spec, "forced") == 0;
@@ -207,6 +216,7 @@ int sp_cmd_run(int argc, char **argv) {
         return rc;
     }
     r.tok = e.tok;
+    if (prompt_cache) sp_engine_cache_load(&e, prompt_cache, "run");
     const char *text = prompt;
     if (chat) {
         sp_chat_format f = sp_chat_detect(e.model->gguf);
@@ -245,6 +255,7 @@ int sp_cmd_run(int argc, char **argv) {
     sp_spec_stats st;
     sp_finish fin;
     if (sp_ctx_generate(e.ctx, &p, &st, &fin, &err)) goto fail_engine;
+    if (prompt_cache && !cache_ro) sp_engine_cache_save(&e, prompt_cache, "run");
     if (!r.stopped) {
         char buf[64];
         size_t n = sp_detok_flush(&r.detok, buf, sizeof buf);
@@ -255,8 +266,10 @@ int sp_cmd_run(int argc, char **argv) {
     fflush(stdout);
     if (!quiet) {
         double pf = sp_ns_to_s(st.prefill_ns);
-        fprintf(stderr, "prompt: %lld tokens, prefill %.1f tok/s | generated: %lld tokens, decode %.1f tok/s | "
-                "finish: %s | peak RSS %.0f MiB\n", (long long)st.n_prompt, pf > 0 ? st.n_prompt / pf : 0.0,
+        char cached[48] = "";
+        if (prompt_cache) snprintf(cached, sizeof cached, " (+%lld cached)", (long long)st.n_cached);
+        fprintf(stderr, "prompt: %lld tokens%s, prefill %.1f tok/s | generated: %lld tokens, decode %.1f tok/s | "
+                "finish: %s | peak RSS %.0f MiB\n", (long long)st.n_prompt, cached, pf > 0 ? st.n_prompt / pf : 0.0,
                 (long long)st.emitted, sp_stats_decode_tps(&st), sp_finish_name(fin),
                 (double)sp_peak_rss() / (1024.0 * 1024.0));
         if (drafter || grammar) {

@@ -31,6 +31,9 @@ static const char serve_help[] =
     "                          drafter states beside them), so a request that repeats a\n"
     "                          history prefills only what is new; least recently used\n"
     "                          entries go first (default 1024; 0 = off, -1 = no limit)\n"
+    "      --cache-dir DIR     keep the prefix cache across restarts: read at start from\n"
+    "                          DIR/prefix-<model fingerprint>.spcache, written at shutdown (a\n"
+    "                          foreign or corrupt file is ignored with a warning)\n"
     "      --max-body BYTES    request body limit (default 1048576)\n"
     "      --timeout S         idle connection timeout in seconds while answering (default 600)\n"
     "      --header-timeout S  a request's headers must arrive within S seconds of the connection\n"
@@ -58,6 +61,7 @@ typedef struct serve_args {
     sp_engine_opts eo;
     sp_server_opts so;
     const char *alias;
+    const char *cache_dir;
     sp_spec_cli spec;
 } serve_args;
 
@@ -72,6 +76,7 @@ static int serve_opt(sp_args *a, serve_args *s) {
     if (sp_arg_is(a, "--alias")) return sp_arg_str(a, &s->alias) ? 1 : -1;
     if (sp_arg_is(a, "--parallel|-np")) return sp_arg_int(a, 1, 256, &s->eo.slots) ? 1 : -1;
     if (sp_arg_is(a, "--cache-ram")) return sp_arg_int(a, -1, 1 << 22, &s->eo.cache_mib) ? 1 : -1;
+    if (sp_arg_is(a, "--cache-dir")) return sp_arg_str(a, &s->cache_dir) ? 1 : -1;
     if (sp_arg_is(a, "--queue")) return sp_arg_int(a, 1, 65536, &o->queue_max) ? 1 : -1;
     if (sp_arg_is(a, "--max-body")) {
         if (!sp_arg_int(a, 1024, 1 << 30, &bytes)) return -1;
@@ -139,6 +144,7 @@ static int parse_serve_args(int argc, char **argv, serve_args *s) {
     }
     if (s->so.api_key && !*s->so.api_key) return sp_usage_error("serve", "--api-key must not be empty");
     if (s->alias && !*s->alias) return sp_usage_error("serve", "--alias must not be empty");
+    if (s->cache_dir && !s->eo.cache_mib) return sp_usage_error("serve", "--cache-dir needs a prefix cache (--cache-ram)");
     sp_err err;
     if (strcmp(s->so.spec_default, "none") && sp_drafter_check_name(s->so.spec_default, &err))
         return sp_usage_error("serve", "--spec: %s", err.msg);
@@ -194,7 +200,15 @@ int sp_cmd_serve(int argc, char **argv) {
      * the first request rather than during it */
     const sp_cost_curve *cost;
     if (sp_ctx_cost(e.ctx, &cost, &err)) goto close;
-    if (serve_until_signal(&e, &s, &sigs, &err) == 0) rc = 0;
+    char cache_file[4096];
+    if (s.cache_dir) {
+        if (sp_engine_cache_file(&e, s.cache_dir, cache_file, sizeof cache_file, &err)) goto close;
+        sp_engine_cache_load(&e, cache_file, "serve");
+    }
+    if (serve_until_signal(&e, &s, &sigs, &err) == 0) {
+        rc = 0;
+        if (s.cache_dir) sp_engine_cache_save(&e, cache_file, "serve");   /* the scheduler has stopped */
+    }
 close:
     for (int i = 0; i < n_drafters; i++) sp_drafter_free(drafters[i]);
     sp_engine_close(&e);

@@ -256,7 +256,8 @@ static sp_drafter *dm_new(dm_drafter *dm, const char *name) {
     d->keeps_state = true;       /* (a cross-vocabulary draft's checkpoint fails: then none is kept) */
     d->needs = (dm->tok ? SP_CAP_TOKENIZER : 0) | (dm->o.sample ? SP_CAP_SAMPLING : 0);
     snprintf(d->name, sizeof d->name, "%s", name);
-    snprintf(d->ns, sizeof d->ns, "%s-v1:%.48s%s", name, dm->model->name, dm->o.sample ? ":sample" : "");
+    /* the draft's weights by their fingerprint (a name can be shared) */
+    snprintf(d->ns, sizeof d->ns, "%s-v2:%s%s", name, dm->model->fingerprint, dm->o.sample ? ":sample" : "");
     return d;
 }
 
@@ -294,9 +295,11 @@ sp_drafter *sp_self_create(const sp_model *target, const uint8_t *skip, const sp
     dm->skip = sp_xmalloc((size_t)target->hp.n_layer);
     memcpy(dm->skip, skip, (size_t)target->hp.n_layer);
     sp_drafter *d = dm_new(dm, "self");
-    /* the namespace names the layers */
-    size_t n = strlen(d->ns);
-    for (int il = 0; il < target->hp.n_layer && n + 4 < sizeof d->ns; il++)
-        if (!skip[il]) n += (size_t)snprintf(d->ns + n, sizeof d->ns - n, ":%d", il);
+    /* the namespace names the layers (a hash of the kept set: a list of
+     * them could outgrow the namespace) */
+    uint64_t h = 1469598103934665603ull;
+    for (int il = 0; il < target->hp.n_layer; il++) h = (h ^ (uint64_t)(skip[il] ? 0 : il + 1)) * 1099511628211ull;
+    const size_t n = strlen(d->ns);
+    snprintf(d->ns + n, sizeof d->ns - n, ":layers-%016llx", (unsigned long long)h);
     return d;
 }

@@ -9,11 +9,14 @@ usage error.  TAP out.
 
 Run from the repository root:  .venv/bin/python tests/serve/test_prefix_cache.py
 """
+import glob
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -60,6 +63,61 @@ def metrics(srv):
 def metric(text, name):
     m = re.search(r"^" + name + r" (\d+)$", text, re.M)
     return int(m.group(1)) if m else None
+
+
+def ask(client, content):
+    r = client.chat.completions.create(model="smollm2-135m", messages=[{"role": "system", "content": SYSTEM},
+                                       {"role": "user", "content": content}], max_tokens=16, temperature=0)
+    return r.choices[0].message.content, r.usage.prompt_tokens_details.cached_tokens, r.usage.prompt_tokens
+
+
+def restart_checks(openai):
+    """--cache-dir: the cache survives a restart; a corrupt file is ignored with a warning."""
+    d = tempfile.mkdtemp(prefix="specula-cache-dir-")
+    try:
+        srv = Server("--api-key", KEY, "--cache-dir", d)
+        try:
+            c = openai.OpenAI(base_url=srv.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
+            first, c0, _ = ask(c, TURNS[0])
+            check("SIGTERM with --cache-dir exits 0 and writes the cache file",
+                  lambda: srv.stop() == 0 and len(glob.glob(os.path.join(d, "prefix-*.spcache"))) == 1)
+            srv.check_sanitizer()
+        finally:
+            srv.stop(signal.SIGKILL)
+        srv = Server("--api-key", KEY, "--cache-dir", d)
+        try:
+            c = openai.OpenAI(base_url=srv.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
+            def warm():
+                again, cached, n = ask(c, TURNS[0])
+                assert again == first and cached == n - 1, (again, first, cached, n)
+                return "prefix cache:" in srv.text() and "MiB from" in srv.text()
+            check("after a restart the same request finds its whole prompt and answers the same", warm)
+            srv.stop()
+            srv.check_sanitizer()
+        finally:
+            srv.stop(signal.SIGKILL)
+        path = glob.glob(os.path.join(d, "prefix-*.spcache"))[0]
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x40]))
+        srv = Server("--api-key", KEY, "--cache-dir", d)
+        try:
+            c = openai.OpenAI(base_url=srv.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
+            def corrupt():
+                again, cached, n = ask(c, TURNS[0])
+                assert again == first and cached < n - 1, (again, first, cached, n)
+                return "warning: prefix cache" in srv.text() and "checksum mismatch" in srv.text()
+            check("a corrupt cache file is ignored with a warning; the answer is the same", corrupt)
+            srv.stop()
+            srv.check_sanitizer()
+        finally:
+            srv.stop(signal.SIGKILL)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    r = subprocess.run([BIN, "serve", "--cache-ram", "0", "--cache-dir", "/tmp"], capture_output=True, text=True)
+    tap(r.returncode == 2 and "--cache-dir" in r.stderr, "--cache-dir without a cache is a usage error", r.stderr)
 
 
 def main():
@@ -123,6 +181,7 @@ def main():
     finally:
         warm.stop(signal.SIGKILL)
         cold.stop(signal.SIGKILL)
+    restart_checks(openai)
     r = subprocess.run([BIN, "serve", "--cache-ram", "-2"], capture_output=True, text=True)
     tap(r.returncode == 2 and "--cache-ram" in r.stderr, "--cache-ram -2 is a usage error (exit 2)", r.stderr)
     return plan()
