@@ -44,7 +44,7 @@ extern "C" {
 #endif
 
 /* Bumped on every incompatible change of this header. */
-#define SPECULA_API_VERSION 2
+#define SPECULA_API_VERSION 3
 
 /* SPECULA_API_VERSION of the library linked in (check it equals the
  * header's). */
@@ -111,6 +111,11 @@ typedef struct specula_ctx_params {
     int n_threads;                   /* 0 = physical cores */
     const char *cost_cache_dir;      /* where the measured verify cost t(K) is cached
                                         (NULL = measured once per context) */
+    size_t cache_bytes;              /* prefix cache: 0 = none (default); else the KV rows of
+                                        earlier prompts and answers are kept within this many bytes
+                                        (least recently used go first), with drafter states beside
+                                        them, and a sequence prefills only what its longest cached
+                                        prefix lacks; the output is the same as without */
 } specula_ctx_params;
 
 specula_ctx_params specula_ctx_default_params(void);
@@ -118,6 +123,12 @@ specula_ctx_params specula_ctx_default_params(void);
 specula_ctx *specula_ctx_create(specula_model *m, const specula_ctx_params *p, specula_error *err);
 /* Frees the context and every sequence still in it. */
 void specula_ctx_free(specula_ctx *c);
+/* The prefix cache on disk: save writes it (through a temporary file
+ * renamed into place); load fills an empty one from a file saved for the
+ * same model.  A foreign, truncated or corrupt file is refused (-1 + err)
+ * and leaves the cache empty.  Both fail without a cache (cache_bytes 0). */
+int specula_cache_save(const specula_ctx *c, const char *path, specula_error *err);
+int specula_cache_load(specula_ctx *c, const char *path, specula_error *err);
 
 /* ==========================================================================
  * Drafters: what proposes tokens for the target to verify
@@ -183,6 +194,8 @@ typedef struct specula_seq_params {
     int forced_spans;                /* under a grammar, verify the tokens it forces as drafts:
                                         -1 = when a drafter is given (default), 0 = never, 1 = always.
                                         The output is the same either way */
+    bool cache_prompt;               /* with the context's prefix cache: read and fill it (default
+                                        true) */
     specula_token_fn on_token;       /* required */
     void *user_data;
 } specula_seq_params;
@@ -200,7 +213,8 @@ typedef enum specula_finish {
 const char *specula_finish_name(specula_finish f);
 
 typedef struct specula_stats {
-    int64_t n_prompt, n_generated;
+    int64_t n_prompt, n_generated;   /* n_prompt: prompt tokens prefilled */
+    int64_t n_cached;                /* prompt tokens taken from the prefix cache */
     int64_t rounds;                  /* target passes after prefill */
     int64_t drafted, accepted;       /* draft tokens proposed and accepted */
     int64_t forced_drafted, forced_accepted;  /* of those, forced by the grammar */

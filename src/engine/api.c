@@ -3,6 +3,7 @@
  * directories come from the caller's parameters. */
 #include "specula.h"
 
+#include "cache/cache.h"
 #include "engine/engine.h"
 
 #include <stdio.h>
@@ -149,6 +150,7 @@ specula_ctx *specula_ctx_create(specula_model *m, const specula_ctx_params *p, s
     ip.batch_rows = cp.batch_rows;
     ip.threads = cp.n_threads;
     ip.cost_dir = cp.cost_cache_dir;
+    ip.cache_bytes = cp.cache_bytes;
     sp_err e;
     sp_ctx *c = sp_ctx_create(m->m, m->tok, &ip, &e);
     if (!c) { set_err(err, &e); return NULL; }
@@ -157,6 +159,28 @@ specula_ctx *specula_ctx_create(specula_model *m, const specula_ctx_params *p, s
     r->ctx = c;
     r->seqs = sp_xcalloc((size_t)sp_ctx_n_slots(c), sizeof *r->seqs);
     return r;
+}
+
+int specula_cache_save(const specula_ctx *c, const char *path, specula_error *err) {
+    sp_err e;
+    const sp_pcache *pc = sp_ctx_cache(c->ctx);
+    if (!pc || sp_pcache_save(pc, path, &e)) {
+        if (!pc) sp_err_set(&e, "the context has no prefix cache (cache_bytes is 0)");
+        set_err(err, &e);
+        return -1;
+    }
+    return 0;
+}
+
+int specula_cache_load(specula_ctx *c, const char *path, specula_error *err) {
+    sp_err e;
+    sp_pcache *pc = sp_ctx_cache(c->ctx);
+    if (!pc || sp_pcache_load_file(pc, path, c->model->m->hp.n_vocab, &e)) {
+        if (!pc) sp_err_set(&e, "the context has no prefix cache (cache_bytes is 0)");
+        set_err(err, &e);
+        return -1;
+    }
+    return 0;
 }
 
 void specula_ctx_free(specula_ctx *c) {
@@ -216,6 +240,7 @@ specula_seq_params specula_seq_default_params(void) {
                       .seed = s.seed },
         .draft_max = SPECULA_DRAFT_ADAPTIVE,
         .forced_spans = -1,
+        .cache_prompt = d.use_cache,
     };
 }
 
@@ -287,6 +312,7 @@ int specula_seq_add(specula_ctx *c, const specula_seq_params *p, specula_error *
     q.grammar = g;
     q.grammar_trigger = p->grammar_trigger;
     q.forced_spans = p->forced_spans < 0 ? p->drafter != NULL : p->forced_spans != 0;
+    q.use_cache = p->cache_prompt;
     q.emit = on_emit;
     q.ud = &c->seqs[free_id];
     c->seqs[free_id] = (api_seq){ p->on_token, p->user_data, g };
@@ -316,7 +342,8 @@ specula_finish specula_seq_finish(const specula_ctx *c, int id) {
 
 void specula_seq_stats(const specula_ctx *c, int id, specula_stats *out) {
     const sp_spec_stats *s = sp_ctx_seq_stats(c->ctx, id);
-    *out = (specula_stats){ .n_prompt = s->n_prompt, .n_generated = s->emitted, .rounds = s->rounds,
+    *out = (specula_stats){ .n_prompt = s->n_prompt, .n_cached = s->n_cached, .n_generated = s->emitted,
+                            .rounds = s->rounds,
                             .drafted = s->drafted, .accepted = s->accepted,
                             .forced_drafted = s->forced_drafted, .forced_accepted = s->forced_accepted,
                             .prefill_seconds = sp_ns_to_s(s->prefill_ns),

@@ -6,6 +6,7 @@
 #include <specula.h>
 
 #include <math.h>
+#include <unistd.h>
 
 #define MAXT 64
 
@@ -138,6 +139,63 @@ static void test_generate_lossless(void **state) {
     assert_int_equal(st[1].n_prompt, n);
     assert_int_equal(st[1].n_generated, 16);
     specula_drafter_free(d);
+    specula_ctx_free(c);
+}
+
+/* The prefix cache: a repeated prompt takes all but its last token from
+ * it and gives the same output; saved to a file and loaded into another
+ * context it does the same; cache_prompt = false bypasses it; a context
+ * without one refuses save and load, and a corrupt file is refused. */
+static void test_prefix_cache(void **state) {
+    (void)state;
+    specula_error err;
+    specula_ctx_params cp = specula_ctx_default_params();
+    cp.cache_bytes = 64u << 20;
+    specula_ctx *c = specula_ctx_create(g_model, &cp, &err);
+    assert_non_null(c);
+    int32_t ids[64];
+    const int n = tokenize("The capital of France is Paris. The capital of Italy is", ids, 64);
+    out_t o[3] = { { .n = 0 }, { .n = 0 }, { .n = 0 } };
+    specula_stats st[3];
+    for (int i = 0; i < 2; i++) {
+        specula_seq_params p = seq_of(ids, n, &o[i], NULL, 12);
+        assert_true(p.cache_prompt);
+        assert_int_equal(specula_generate(c, &p, &st[i], NULL, &err), 0);
+    }
+    assert_int_equal(st[0].n_cached, 0);
+    assert_int_equal(st[0].n_prompt, n);
+    assert_int_equal(st[1].n_cached, n - 1);
+    assert_int_equal(st[1].n_prompt, 1);
+    assert_memory_equal(o[0].t, o[1].t, 12 * sizeof(int32_t));
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/specula-api-cache-%d.bin", (int)getpid());
+    assert_int_equal(specula_cache_save(c, path, &err), 0);
+    specula_ctx *c2 = specula_ctx_create(g_model, &cp, &err);
+    assert_int_equal(specula_cache_load(c2, path, &err), 0);
+    specula_seq_params p = seq_of(ids, n, &o[2], NULL, 12);
+    assert_int_equal(specula_generate(c2, &p, &st[2], NULL, &err), 0);
+    assert_int_equal(st[2].n_cached, n - 1);
+    assert_memory_equal(o[0].t, o[2].t, 12 * sizeof(int32_t));
+    assert_int_equal(specula_cache_load(c2, path, &err), -1);                  /* not empty */
+    p.cache_prompt = false;
+    o[2].n = 0;
+    assert_int_equal(specula_generate(c2, &p, &st[2], NULL, &err), 0);
+    assert_int_equal(st[2].n_cached, 0);
+    specula_ctx_free(c2);
+    FILE *f = fopen(path, "r+b");                                              /* one byte changed */
+    assert_non_null(f);
+    fseek(f, 100, SEEK_SET);
+    fputc(0x5a, f);
+    fclose(f);
+    c2 = specula_ctx_create(g_model, &cp, &err);
+    assert_int_equal(specula_cache_load(c2, path, &err), -1);
+    assert_non_null(strstr(err.message, "prefix cache"));
+    specula_ctx_free(c2);
+    specula_ctx *plain = specula_ctx_create(g_model, NULL, &err);
+    assert_int_equal(specula_cache_save(plain, path, &err), -1);
+    assert_non_null(strstr(err.message, "no prefix cache"));
+    specula_ctx_free(plain);
+    unlink(path);
     specula_ctx_free(c);
 }
 
@@ -280,7 +338,7 @@ int main(void) {
         cmocka_unit_test(test_version_and_model), cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_chat_apply),        cmocka_unit_test(test_generate_lossless),
         cmocka_unit_test(test_batched_sequences), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_grammar),
+        cmocka_unit_test(test_grammar),           cmocka_unit_test(test_prefix_cache),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
