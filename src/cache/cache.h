@@ -45,9 +45,13 @@ typedef struct sp_pcache_stats {
     int nodes;                       /* edges in the tree (the root excluded) */
 } sp_pcache_stats;
 
-/* A cache for KV rows of n_layer layers of kv_dim values, within budget
- * bytes.  identity: what the rows depend on besides the tokens (copied). */
+/* A cache for F16 KV rows of n_layer layers of kv_dim values, within
+ * budget bytes.  identity: what the rows depend on besides the tokens
+ * (copied). */
 sp_pcache *sp_pcache_create(int n_layer, int kv_dim, size_t budget, const char *identity);
+/* A cache for rows laid out as kv's (its layers' storage types: F16 or
+ * quantized blocks). */
+sp_pcache *sp_pcache_create_like(const sp_kv *kv, size_t budget, const char *identity);
 void sp_pcache_free(sp_pcache *pc);
 const char *sp_pcache_identity(const sp_pcache *pc);
 

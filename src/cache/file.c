@@ -5,16 +5,17 @@
  *
  *   "SPCACHE1"  u32 version (1)
  *   u32 identity length, identity bytes      (target fingerprint, KV scheme)
- *   u32 n_layer, u32 kv_dim
+ *   u32 n_layer, u32 kv_dim, then per layer u32 K type, u32 V type (SP_F16,
+ *     SP_Q8_0, SP_Q4_0) and u32 K, V row bytes
  *   u32 nodes, then each node in preorder (a parent before its children):
  *     i32 parent (-1 = the root; else an earlier node's index)
  *     u32 len, i32 tokens[len]
- *     f16 K[n_layer][len][kv_dim], f16 V[n_layer][len][kv_dim]
+ *     K rows: per layer, len rows of its row bytes; then the V rows
  *     u32 checkpoints, each: u32 namespace length, namespace, u64 length, bytes
  *   u64 FNV-1a of every byte before it
  *
  * A file is untrusted input: every count is bounded, every token must be in
- * the vocabulary, every row value finite, siblings must start with
+ * the vocabulary, every F16 value finite (and every block scale), siblings must start with
  * different tokens, and the checksum and the end of the file must come
  * where the counts say.  Any failure empties the cache: nothing of a bad
  * file is used.  The checksum catches corruption, not forgery: the file is
@@ -69,9 +70,7 @@ static void put_node(pc_io *io, const sp_pcache *pc, const pc_node *x, int32_t p
     put(io, &parent, sizeof parent);
     put_u32(io, (uint32_t)x->len);
     put(io, x->toks, (size_t)x->len * sizeof(int32_t));
-    const size_t rows = (size_t)pc->n_layer * (size_t)x->len * (size_t)pc->kv_dim * sizeof(sp_f16);
-    put(io, x->k, rows);
-    put(io, x->v, rows);
+    for (int s = 0; s < 2; s++) put(io, x->kv[s], (size_t)x->len * pc->pre[s][pc->n_layer]);
     put_u32(io, (uint32_t)x->n_ckpts);
     for (int i = 0; i < x->n_ckpts; i++) {
         const uint32_t n = (uint32_t)strlen(x->ckpts[i].ns);
@@ -95,6 +94,12 @@ int sp_pcache_save(const sp_pcache *pc, const char *path, sp_err *err) {
     put(&io, pc->identity, strlen(pc->identity));
     put_u32(&io, (uint32_t)pc->n_layer);
     put_u32(&io, (uint32_t)pc->kv_dim);
+    for (int il = 0; il < pc->n_layer; il++) {
+        put_u32(&io, pc->type[0][il]);
+        put_u32(&io, pc->type[1][il]);
+        put_u32(&io, (uint32_t)pc->row[0][il]);
+        put_u32(&io, (uint32_t)pc->row[1][il]);
+    }
     put_u32(&io, (uint32_t)pc->n_all);
     /* preorder with an explicit stack; index[] maps a node's slot in
      * pc->all to its place in the file */
@@ -128,9 +133,23 @@ static int bad(pc_io *io, sp_err *err, const char *path, const char *what) {
     return sp_err_set(err, "prefix cache %s: %s", path, io->failed ? "truncated" : what);
 }
 
-static bool rows_finite(const sp_f16 *r, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if ((r[i] & 0x7C00) == 0x7C00) return false;   /* infinity or NaN */
+static bool half_finite(const uint8_t *p) {
+    sp_f16 h;
+    memcpy(&h, p, sizeof h);
+    return (h & 0x7C00) != 0x7C00;   /* not infinity or NaN */
+}
+
+/* Every F16 value of n rows of layer il of one side: the values of an F16
+ * row, the scale of each block of a quantized one. */
+static bool rows_finite(const sp_pcache *pc, int side, const uint8_t *b, size_t len) {
+    for (int il = 0; il < pc->n_layer; il++) {
+        const uint32_t t = pc->type[side][il];
+        const size_t step = t == SP_Q8_0 ? 34 : t == SP_Q4_0 ? 18 : sizeof(sp_f16);
+        const size_t n = len * pc->row[side][il];
+        const uint8_t *r = b + len * pc->pre[side][il];
+        for (size_t o = 0; o < n; o += step)
+            if (!half_finite(r + o)) return false;
+    }
     return true;
 }
 
@@ -171,15 +190,15 @@ static int get_node(pc_io *io, sp_pcache *pc, pc_node **nodes, uint32_t i, int n
         return bad(io, err, path, "a node's parent does not come before it");
     if (!get(io, &len, sizeof len) || len == 0 || len > PC_MAX_LEN) return bad(io, err, path, "bad edge length");
     int32_t *toks = sp_xmalloc((size_t)len * sizeof *toks);
-    const size_t n_rows = (size_t)pc->n_layer * len * (size_t)pc->kv_dim;
-    sp_f16 *k = sp_xmalloc(n_rows * sizeof *k), *v = sp_xmalloc(n_rows * sizeof *v);
+    uint8_t *kv[2];
+    for (int s = 0; s < 2; s++) kv[s] = sp_xmalloc((size_t)len * pc->pre[s][pc->n_layer]);
     int rc = 0;
-    if (!get(io, toks, (size_t)len * sizeof *toks) || !get(io, k, n_rows * sizeof *k) ||
-        !get(io, v, n_rows * sizeof *v))
+    if (!get(io, toks, (size_t)len * sizeof *toks) || !get(io, kv[0], (size_t)len * pc->pre[0][pc->n_layer]) ||
+        !get(io, kv[1], (size_t)len * pc->pre[1][pc->n_layer]))
         rc = bad(io, err, path, "");
     for (uint32_t t = 0; !rc && t < len; t++)
         if (toks[t] < 0 || toks[t] >= n_vocab) rc = bad(io, err, path, "a token outside the vocabulary");
-    if (!rc && (!rows_finite(k, n_rows) || !rows_finite(v, n_rows)))
+    if (!rc && (!rows_finite(pc, 0, kv[0], len) || !rows_finite(pc, 1, kv[1], len)))
         rc = bad(io, err, path, "a KV row that is not finite");
     pc_node *up = parent < 0 ? &pc->root : nodes[parent];
     if (!rc && up && sp_pc_kid_with(up, toks[0])) rc = bad(io, err, path, "two edges from one node start alike");
@@ -187,17 +206,17 @@ static int get_node(pc_io *io, sp_pcache *pc, pc_node **nodes, uint32_t i, int n
     if (!rc && up && up->depth + up->len + (int64_t)len <= INT32_MAX / 2 &&
         pc->st.bytes + sizeof(pc_node) + (size_t)len * sp_pcache_token_bytes(pc) <= pc->st.budget) {
         x = sp_pc_node_new(pc, up, toks, (int)len);
-        free(x->k);
-        free(x->v);
-        x->k = k;
-        x->v = v;
-        k = v = NULL;
+        for (int s = 0; s < 2; s++) {
+            free(x->kv[s]);
+            x->kv[s] = kv[s];
+            kv[s] = NULL;
+        }
         pc->st.bytes += sp_pc_node_bytes(pc, x);
     }
     nodes[i] = x;                    /* NULL: skipped (over budget), and so are its children */
     free(toks);
-    free(k);
-    free(v);
+    free(kv[0]);
+    free(kv[1]);
     return rc ? rc : get_ckpts(io, pc, x, path, err);
 }
 
@@ -223,6 +242,12 @@ int sp_pcache_load_file(sp_pcache *pc, const char *path, int n_vocab, sp_err *er
     if (!rc && (!get(&io, &n_layer, 4) || !get(&io, &kv_dim, 4) || (int)n_layer != pc->n_layer ||
                 (int)kv_dim != pc->kv_dim))
         rc = bad(&io, err, path, "its rows have another shape");
+    for (int il = 0; !rc && il < pc->n_layer; il++) {
+        uint32_t f[4];
+        if (!get(&io, f, sizeof f) || f[0] != pc->type[0][il] || f[1] != pc->type[1][il] ||
+            f[2] != pc->row[0][il] || f[3] != pc->row[1][il])
+            rc = bad(&io, err, path, "its rows have another shape");
+    }
     if (!rc && (!get(&io, &n_nodes, 4) || n_nodes > PC_MAX_NODES)) rc = bad(&io, err, path, "too many nodes");
     if (!rc) nodes = sp_xcalloc(n_nodes ? n_nodes : 1, sizeof *nodes);
     for (uint32_t i = 0; !rc && i < n_nodes; i++) rc = get_node(&io, pc, nodes, i, n_vocab, path, err);

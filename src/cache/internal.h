@@ -20,7 +20,8 @@ typedef struct pc_node {
     int32_t *toks;                   /* (len) the edge */
     int len;
     int depth;                       /* position of toks[0] */
-    sp_f16 *k, *v;                   /* (n_layer, len, kv_dim) rows of the edge's positions */
+    uint8_t *kv[2];                  /* K and V rows of the edge's positions: layer il's len rows
+                                        at len * pre[s][il] bytes, row[s][il] bytes each */
     pc_ckpt *ckpts;                  /* drafter states after the edge's last token */
     int n_ckpts;
     uint64_t used;                   /* last use (the cache's tick) */
@@ -30,6 +31,9 @@ typedef struct pc_node {
 
 struct sp_pcache {
     int n_layer, kv_dim;
+    uint32_t *type[2];               /* (n_layer) K and V storage types (SP_F16, SP_Q8_0, SP_Q4_0) */
+    size_t *row[2];                  /* (n_layer) bytes of one position's row */
+    size_t *pre[2];                  /* (n_layer + 1) sums of row[] over the layers before */
     char *identity;
     pc_node root;
     pc_node **all;                   /* every node but the root, for eviction scans */

@@ -10,9 +10,9 @@
  * Nodes
  * ------------------------------------------------------------------------- */
 
-static size_t row_bytes(const sp_pcache *pc) { return (size_t)pc->n_layer * (size_t)pc->kv_dim * sizeof(sp_f16); }
-
-size_t sp_pcache_token_bytes(const sp_pcache *pc) { return 2 * row_bytes(pc) + sizeof(int32_t); }
+size_t sp_pcache_token_bytes(const sp_pcache *pc) {
+    return pc->pre[0][pc->n_layer] + pc->pre[1][pc->n_layer] + sizeof(int32_t);
+}
 
 size_t sp_pc_node_bytes(const sp_pcache *pc, const pc_node *x) {
     size_t b = sizeof *x + (size_t)x->len * sp_pcache_token_bytes(pc);
@@ -28,9 +28,7 @@ pc_node *sp_pc_node_new(sp_pcache *pc, pc_node *parent, const int32_t *toks, int
     x->depth = parent->depth + parent->len;
     x->toks = sp_xmalloc((size_t)len * sizeof(int32_t));
     memcpy(x->toks, toks, (size_t)len * sizeof(int32_t));
-    const size_t n = (size_t)pc->n_layer * (size_t)len * (size_t)pc->kv_dim;
-    x->k = sp_xmalloc(n * sizeof(sp_f16));
-    x->v = sp_xmalloc(n * sizeof(sp_f16));
+    for (int s = 0; s < 2; s++) x->kv[s] = sp_xmalloc((size_t)len * pc->pre[s][pc->n_layer]);
     SP_VEC_GROW(parent->kids, parent->cap_kids, parent->n_kids + 1);
     parent->kids[parent->n_kids++] = x;
     SP_VEC_GROW(pc->all, pc->cap_all, pc->n_all + 1);
@@ -65,19 +63,32 @@ static void node_drop(sp_pcache *pc, pc_node *x) {
     ckpts_free(x);
     free(x->kids);
     free(x->toks);
-    free(x->k);
-    free(x->v);
+    free(x->kv[0]);
+    free(x->kv[1]);
     free(x);
 }
 
-/* Copies rows [from, from + n) of a (n_layer, len_src, kv_dim) block into
- * rows [to, to + n) of a (n_layer, len_dst, kv_dim) block. */
-static void rows_copy(const sp_pcache *pc, sp_f16 *dst, int len_dst, int to, const sp_f16 *src, int len_src,
-                      int from, int n) {
-    const size_t d = (size_t)pc->kv_dim;
-    for (int il = 0; il < pc->n_layer; il++)
-        memcpy(dst + ((size_t)il * len_dst + to) * d, src + ((size_t)il * len_src + from) * d,
-               (size_t)n * d * sizeof(sp_f16));
+/* Copies rows [from, from + n) of one side (0 = K, 1 = V) of a node of
+ * len_src rows into rows [to, to + n) of a node of len_dst rows. */
+static void rows_copy(const sp_pcache *pc, int side, uint8_t *dst, int len_dst, int to, const uint8_t *src,
+                      int len_src, int from, int n) {
+    for (int il = 0; il < pc->n_layer; il++) {
+        const size_t r = pc->row[side][il], p = pc->pre[side][il];
+        memcpy(dst + (size_t)len_dst * p + (size_t)to * r, src + (size_t)len_src * p + (size_t)from * r, (size_t)n * r);
+    }
+}
+
+/* Rows [from, from + n) of a node into positions [to, to + n) of a cache,
+ * or (to_node) the other way. */
+static void rows_kv(const sp_pcache *pc, pc_node *x, int from, const sp_kv *kv, int to, int n, bool to_node) {
+    for (int s = 0; s < 2; s++)
+        for (int il = 0; il < pc->n_layer; il++) {
+            const size_t r = pc->row[s][il];
+            uint8_t *nrow = x->kv[s] + (size_t)x->len * pc->pre[s][il] + (size_t)from * r;
+            uint8_t *krow = s ? sp_kv_vrow(kv, il, to) : sp_kv_krow(kv, il, to);
+            if (to_node) memcpy(nrow, krow, (size_t)n * r);
+            else memcpy(krow, nrow, (size_t)n * r);
+        }
 }
 
 /* Splits x after its first m tokens (0 < m < len): a new node takes the
@@ -92,17 +103,14 @@ static pc_node *node_split(sp_pcache *pc, pc_node *x, int m) {
     p->n_kids--;
     for (int i = 0; i < p->n_kids; i++)
         if (p->kids[i] == x) p->kids[i] = top;
-    rows_copy(pc, top->k, m, 0, x->k, x->len, 0, m);
-    rows_copy(pc, top->v, m, 0, x->v, x->len, 0, m);
     const int rest = x->len - m;
-    const size_t n = (size_t)pc->n_layer * (size_t)rest * (size_t)pc->kv_dim;
-    sp_f16 *k = sp_xmalloc(n * sizeof(sp_f16)), *v = sp_xmalloc(n * sizeof(sp_f16));
-    rows_copy(pc, k, rest, 0, x->k, x->len, m, rest);
-    rows_copy(pc, v, rest, 0, x->v, x->len, m, rest);
-    free(x->k);
-    free(x->v);
-    x->k = k;
-    x->v = v;
+    for (int s = 0; s < 2; s++) {
+        rows_copy(pc, s, top->kv[s], m, 0, x->kv[s], x->len, 0, m);
+        uint8_t *b = sp_xmalloc((size_t)rest * pc->pre[s][pc->n_layer]);
+        rows_copy(pc, s, b, rest, 0, x->kv[s], x->len, m, rest);
+        free(x->kv[s]);
+        x->kv[s] = b;
+    }
     memmove(x->toks, x->toks + m, (size_t)rest * sizeof(int32_t));
     x->len = rest;
     x->depth += m;
@@ -194,14 +202,46 @@ static bool make_room(sp_pcache *pc, size_t need) {
  * Public operations
  * ------------------------------------------------------------------------- */
 
-sp_pcache *sp_pcache_create(int n_layer, int kv_dim, size_t budget, const char *identity) {
+static sp_pcache *pcache_new(int n_layer, int kv_dim, const uint32_t *tk, const uint32_t *tv, const size_t *rk,
+                             const size_t *rv, size_t budget, const char *identity) {
     assert(n_layer > 0 && kv_dim > 0);
     sp_pcache *pc = sp_xcalloc(1, sizeof *pc);
     pc->n_layer = n_layer;
     pc->kv_dim = kv_dim;
+    const uint32_t *t[2] = { tk, tv };
+    const size_t *r[2] = { rk, rv };
+    for (int s = 0; s < 2; s++) {
+        pc->type[s] = sp_xmalloc((size_t)n_layer * sizeof *pc->type[s]);
+        pc->row[s] = sp_xmalloc((size_t)n_layer * sizeof *pc->row[s]);
+        pc->pre[s] = sp_xmalloc(((size_t)n_layer + 1) * sizeof *pc->pre[s]);
+        pc->pre[s][0] = 0;
+        for (int il = 0; il < n_layer; il++) {
+            pc->type[s][il] = t[s] ? t[s][il] : SP_F16;
+            pc->row[s][il] = r[s] ? r[s][il] : (size_t)kv_dim * sizeof(sp_f16);
+            pc->pre[s][il + 1] = pc->pre[s][il] + pc->row[s][il];
+        }
+    }
     pc->identity = sp_xstrdup(identity ? identity : "");
     pc->st.budget = budget;
     return pc;
+}
+
+sp_pcache *sp_pcache_create(int n_layer, int kv_dim, size_t budget, const char *identity) {
+    return pcache_new(n_layer, kv_dim, NULL, NULL, NULL, NULL, budget, identity);
+}
+
+sp_pcache *sp_pcache_create_like(const sp_kv *kv, size_t budget, const char *identity) {
+    return pcache_new(kv->n_layer, kv->kv_dim, kv->type_k, kv->type_v, kv->row_k, kv->row_v, budget, identity);
+}
+
+/* Whether kv's rows have this cache's layout. */
+static inline bool same_shape(const sp_pcache *pc, const sp_kv *kv) {
+    if (kv->n_layer != pc->n_layer || kv->kv_dim != pc->kv_dim) return false;
+    for (int il = 0; il < pc->n_layer; il++)
+        if (kv->row_k[il] != pc->row[0][il] || kv->row_v[il] != pc->row[1][il] ||
+            kv->type_k[il] != pc->type[0][il] || kv->type_v[il] != pc->type[1][il])
+            return false;
+    return true;
 }
 
 void sp_pcache_clear(sp_pcache *pc) {
@@ -221,6 +261,11 @@ void sp_pcache_free(sp_pcache *pc) {
     free(pc->all);
     free(pc->path);
     free(pc->identity);
+    for (int s = 0; s < 2; s++) {
+        free(pc->type[s]);
+        free(pc->row[s]);
+        free(pc->pre[s]);
+    }
     free(pc);
 }
 
@@ -232,7 +277,7 @@ int sp_pcache_match(sp_pcache *pc, const int32_t *toks, int n) {
 }
 
 int sp_pcache_load(sp_pcache *pc, const int32_t *toks, int n, int max_len, sp_kv *kv) {
-    assert(kv->n_layer == pc->n_layer && kv->kv_dim == pc->kv_dim);
+    assert(same_shape(pc, kv));
     pc->st.lookups++;
     int part;
     int got = walk(pc, toks, n < max_len ? n : max_len, &part);
@@ -243,8 +288,7 @@ int sp_pcache_load(sp_pcache *pc, const int32_t *toks, int n, int max_len, sp_kv
         const pc_node *x = pc->path[i];
         if (x->depth >= got) break;
         const int m = x->depth + x->len <= got ? x->len : got - x->depth;
-        rows_copy(pc, kv->k, kv->n_ctx, x->depth, x->k, x->len, 0, m);
-        rows_copy(pc, kv->v, kv->n_ctx, x->depth, x->v, x->len, 0, m);
+        rows_kv(pc, (pc_node *)x, 0, kv, x->depth, m, false);
     }
     kv->n = got;
     pc->st.hits++;
@@ -253,7 +297,7 @@ int sp_pcache_load(sp_pcache *pc, const int32_t *toks, int n, int max_len, sp_kv
 }
 
 int sp_pcache_store(sp_pcache *pc, const int32_t *toks, int n, const sp_kv *kv) {
-    assert(kv->n_layer == pc->n_layer && kv->kv_dim == pc->kv_dim && n <= kv->n);
+    assert(same_shape(pc, kv) && n <= kv->n);
     int part;
     const int have = walk(pc, toks, n, &part);
     path_touch(pc);
@@ -274,8 +318,7 @@ int sp_pcache_store(sp_pcache *pc, const int32_t *toks, int n, const sp_kv *kv) 
     int stored = have;
     if (len > 0) {
         pc_node *x = sp_pc_node_new(pc, at, toks + have, len);
-        rows_copy(pc, x->k, len, 0, kv->k, kv->n_ctx, have, len);
-        rows_copy(pc, x->v, len, 0, kv->v, kv->n_ctx, have, len);
+        rows_kv(pc, x, 0, kv, have, len, true);
         pc->st.bytes += sp_pc_node_bytes(pc, x);
         pc->st.stored_tokens += len;
         stored += len;

@@ -106,6 +106,19 @@ int sp_engine_opt(sp_args *a, sp_engine_opts *o) {
     if (sp_arg_is(a, "-t|--threads")) return sp_arg_int(a, 1, 256, &o->threads) ? 1 : -1;
     if (sp_arg_is(a, "-c|--ctx-size")) return sp_arg_int(a, 16, 1 << 20, &o->ctx) ? 1 : -1;
     if (sp_arg_is(a, "-b|--batch-size")) return sp_arg_int(a, 1, 4096, &o->batch) ? 1 : -1;
+    if (sp_arg_is(a, "-ctk|--cache-type-k") || sp_arg_is(a, "-ctv|--cache-type-v")) {
+        const bool k = !strcmp(a->argv[a->i], "-ctk") || !strcmp(a->argv[a->i], "--cache-type-k");
+        const char *name;
+        if (!sp_arg_str(a, &name)) return -1;
+        if (sp_kv_type_parse(name, k ? &o->kv.k : &o->kv.v)) {
+            fprintf(stderr, "specula %s: %s %s: use f16, q8_0 or q4_0\n", a->cmd, k ? "--cache-type-k" : "--cache-type-v",
+                    name);
+            return -1;
+        }
+        o->kv_set = true;
+        return 1;
+    }
+    if (sp_arg_is(a, "--kv-quant-start")) return sp_arg_int(a, 0, 4096, &o->kv.quant_start) ? 1 : -1;
     return 0;
 }
 

@@ -80,6 +80,8 @@ typedef struct sp_engine_opts {
     int batch;               /* max rows per forward pass (prefill chunk) */
     int slots;               /* sequences at once (0 = 1; serve: --parallel) */
     int cache_mib;           /* prefix cache in MiB (0 = none, -1 = unbounded; serve: --cache-ram) */
+    sp_kv_types kv;          /* --cache-type-k/-v, --kv-quant-start (zeroed = all F16) */
+    bool kv_set;
 } sp_engine_opts;
 /* Parses one common option at a->i if it is one; returns 1 consumed,
  * 0 not a common option, -1 bad value. */
@@ -88,7 +90,10 @@ int sp_engine_opt(sp_args *a, sp_engine_opts *o);
     "  -m, --model NAME|PATH   model: smollm2-135m, gemma3-270m or a GGUF path (default smollm2-135m)\n" \
     "  -t, --threads N         threads (default: physical cores)\n" \
     "  -c, --ctx-size N        context size in tokens (default: min(4096, trained))\n" \
-    "  -b, --batch-size N      max tokens per forward pass (default 256)\n"
+    "  -b, --batch-size N      max tokens per forward pass (default 256)\n" \
+    "  -ctk, --cache-type-k T  how the KV cache stores keys: f16 (default), q8_0, q4_0\n" \
+    "  -ctv, --cache-type-v T  and values (q8_0 halves the memory per token)\n" \
+    "      --kv-quant-start N  layers below N keep F16 keys and values (default 0)\n"
 
 /* Speculation flags shared by run / bench / serve (args.c). */
 typedef struct sp_spec_cli {

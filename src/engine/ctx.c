@@ -50,7 +50,8 @@ struct sp_ctx {
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
-    return (sp_ctx_params){ .n_slots = 1, .n_ctx = 0, .batch_rows = 256 };
+    return (sp_ctx_params){ .n_slots = 1, .n_ctx = 0, .batch_rows = 256,
+                            .kv_types = { .k = SP_F16, .v = SP_F16, .quant_start = 0 } };
 }
 
 sp_seq_params sp_seq_default_params(void) {
@@ -74,6 +75,7 @@ sp_ctx *sp_ctx_create(const sp_model *m, const sp_tokenizer *tok, const sp_ctx_p
         sp_err_set(err, "context: a slot must hold at least 2 tokens (got %d)", o.n_ctx);
         return NULL;
     }
+    if (sp_kv_types_check(m, &o.kv_types, err)) return NULL;
     sp_ctx *c = sp_xcalloc(1, sizeof *c);
     c->m = m;
     c->tok = tok;
@@ -85,16 +87,17 @@ sp_ctx *sp_ctx_create(const sp_model *m, const sp_tokenizer *tok, const sp_ctx_p
     c->ws = sp_workspace_create(m, o.batch_rows, c->pool);
     c->cost = o.cost;
     c->slots = sp_xcalloc((size_t)o.n_slots, sizeof *c->slots);
-    for (int i = 0; i < o.n_slots; i++) c->slots[i].kv = sp_kv_create(m, o.n_ctx);
+    for (int i = 0; i < o.n_slots; i++) c->slots[i].kv = sp_kv_create_typed(m, o.n_ctx, &o.kv_types);
     c->fwds = sp_xcalloc((size_t)o.n_slots, sizeof *c->fwds);
     c->fwd_slot = sp_xcalloc((size_t)o.n_slots, sizeof *c->fwd_slot);
     c->order = sp_xcalloc((size_t)o.n_slots, sizeof *c->order);
     if (o.cache_bytes) {
         /* what a row depends on besides its tokens: the weights and how
          * the cache stores them */
-        char id[64];
-        snprintf(id, sizeof id, "model:%s;kv:f16", m->fingerprint);
-        c->pcache = sp_pcache_create(m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, o.cache_bytes, id);
+        char id[96], kvn[48];
+        sp_kv_types_name(&o.kv_types, kvn, sizeof kvn);
+        snprintf(id, sizeof id, "model:%s;%s", m->fingerprint, kvn);
+        c->pcache = sp_pcache_create_like(c->slots[0].kv, o.cache_bytes, id);
     }
     return c;
 }

@@ -46,6 +46,7 @@ typedef struct sp_ctx_params {
     const sp_cost_curve *cost;       /* borrowed t(K) for adaptive draft lengths; NULL = measured
                                         (or read from cost_dir) when first needed */
     const char *cost_dir;            /* where measured curves are cached (NULL = not cached) */
+    sp_kv_types kv_types;            /* how the slots' caches store K and V (default: all F16) */
     size_t cache_bytes;              /* prefix cache (src/cache): 0 = none; else sequences with
                                         use_cache share the KV rows of prompts and answers within
                                         this many bytes, with drafter checkpoints beside them */

@@ -11,6 +11,7 @@
  * rounding when both are given the same inputs. */
 #include "kernels/internal.h"
 
+#include <assert.h>
 #include <string.h>
 
 static inline float sp_attn_f16_round(float x) { return sp_f16_to_f32(sp_f32_to_f16(x)); }
@@ -36,6 +37,49 @@ static void attn_core(float *out, const float *q, const sp_f16 *k, const sp_f16 
         const sp_f16 *vj = v + (size_t)(idx ? idx[j] : lo + j) * stride;
         const float p = sp_attn_f16_round(scores[j]);
         for (int d = 0; d < head_dim; d++) out[d] += p * sp_f16_to_f32(vj[d]);
+    }
+}
+
+/* One head over a cache with quantized K or V rows (see kernels.h).  The
+ * portable path serves every SIMD level: its dot products (sp_vec_dot) are
+ * the dispatched ones, and every order of summation is fixed, so a row's
+ * result depends only on its query and its keys. */
+void sp_attn_heads_q(float *out, const float *q, int n_q, const void *k, uint32_t tk, size_t k_stride,
+                     const void *v, uint32_t tv, size_t v_stride, int head_dim, int lo, const int32_t *idx,
+                     int n, float scale, float *scores) {
+    enum { MAXD = 512 };
+    assert(head_dim <= MAXD && (tk == SP_F16 || head_dim % 32 == 0) && (tv == SP_F16 || head_dim % 32 == 0));
+    float tmp[MAXD];
+    uint8_t qb[MAXD / 32 * 34];
+    for (int h = 0; h < n_q; h++) {
+        const float *qh = q + (size_t)h * head_dim;
+        float *oh = out + (size_t)h * head_dim;
+        if (tk == SP_F16) for (int d = 0; d < head_dim; d++) tmp[d] = sp_attn_f16_round(qh[d]);
+        else sp_quantize_act_row(SP_Q8_0, qh, qb, head_dim);
+        for (int j = 0; j < n; j++) {
+            const uint8_t *kj = (const uint8_t *)k + (size_t)(idx ? idx[j] : lo + j) * k_stride;
+            float s = 0.0f;
+            if (tk == SP_F16) {
+                const sp_f16 *kh = (const sp_f16 *)(const void *)kj;
+                for (int d = 0; d < head_dim; d++) s += tmp[d] * sp_f16_to_f32(kh[d]);
+            } else {
+                s = sp_vec_dot(tk, head_dim, kj, qb);
+            }
+            scores[j] = s * scale;
+        }
+        sp_softmax(scores, n);
+        memset(oh, 0, (size_t)head_dim * sizeof(float));
+        for (int j = 0; j < n; j++) {
+            const uint8_t *vj = (const uint8_t *)v + (size_t)(idx ? idx[j] : lo + j) * v_stride;
+            const float p = sp_attn_f16_round(scores[j]);
+            if (tv == SP_F16) {
+                const sp_f16 *vh = (const sp_f16 *)(const void *)vj;
+                for (int d = 0; d < head_dim; d++) oh[d] += p * sp_f16_to_f32(vh[d]);
+            } else {
+                sp_dequantize_row(tv, vj, tmp, head_dim);
+                for (int d = 0; d < head_dim; d++) oh[d] += p * tmp[d];
+            }
+        }
     }
 }
 

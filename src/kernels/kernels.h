@@ -223,5 +223,17 @@ void sp_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, const s
 void sp_attn_heads_idx(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
                        size_t stride, int head_dim, const int32_t *idx, int n, float scale,
                        float *scores);
+/* As sp_attn_heads (idx NULL: keys lo..lo+n-1; else the slots idx[0..n))
+ * over a cache whose K and V rows may be quantized: tk, tv are SP_F16,
+ * SP_Q8_0 or SP_Q4_0, k and v point at the head's first value of position
+ * 0, and position j's is k_stride (v_stride) bytes further.  As llama.cpp
+ * with a quantized K cache, the query is converted to Q8_0 (K's vec-dot
+ * type) and each score is sp_vec_dot(tk, ...); a quantized V row is
+ * dequantized and weighted by the F16-rounded probability.  F16 parts are
+ * computed as in sp_attn_heads.  head_dim <= 512 (a multiple of 32 when
+ * quantized); scores needs n floats. */
+void sp_attn_heads_q(float *out, const float *q, int n_q, const void *k, uint32_t tk, size_t k_stride,
+                     const void *v, uint32_t tv, size_t v_stride, int head_dim, int lo, const int32_t *idx,
+                     int n, float scale, float *scores);
 
 #endif /* SP_KERNELS_H */

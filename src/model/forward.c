@@ -163,16 +163,34 @@ static void tap_rows(sp_workspace *ws, const float *x, int n, int d, int l) {
     }
 }
 
+/* One row of n values into a cache row of type t, as llama.cpp's CPU copy
+ * into its KV cache converts: F16 by rounding, Q8_0 with the CPU backend's
+ * quantize_row_q8_0, Q4_0 with the reference rule. */
+static void kv_put(uint32_t t, const float *x, uint8_t *dst, size_t n) {
+    if (t == SP_F16) {
+        sp_f16 *h = (sp_f16 *)(void *)dst;
+        for (size_t e = 0; e < n; e++) h[e] = sp_f32_to_f16(x[e]);
+    } else if (t == SP_Q8_0) {
+        sp_quantize_act_row(SP_Q8_0, x, dst, (int64_t)n);
+    } else {
+        sp_quantize_row(t, x, dst, (int64_t)n);
+    }
+}
+
 /* Stores each row's K and V at its slot of its cache. */
 static void kv_store(const fwd_row *rows, int il, int n, const float *k, const float *v) {
     for (int i = 0; i < n; i++) {
         const sp_kv *kv = rows[i].kv;
-        const size_t kvd = (size_t)kv->kv_dim, off = ((size_t)il * kv->n_ctx + (size_t)rows[i].slot) * kvd;
-        for (size_t e = 0; e < kvd; e++) {
-            kv->k[off + e] = sp_f32_to_f16(k[(size_t)i * kvd + e]);
-            kv->v[off + e] = sp_f32_to_f16(v[(size_t)i * kvd + e]);
-        }
+        const size_t kvd = (size_t)kv->kv_dim;
+        kv_put(kv->type_k[il], k + (size_t)i * kvd, sp_kv_krow(kv, il, rows[i].slot), kvd);
+        kv_put(kv->type_v[il], v + (size_t)i * kvd, sp_kv_vrow(kv, il, rows[i].slot), kvd);
     }
+}
+
+/* Byte offset of KV head h's first value in a row of type t. */
+static size_t head_off(uint32_t t, int h, int hd) {
+    const size_t n = (size_t)h * (size_t)hd;
+    return t == SP_Q8_0 ? n / 32 * 34 : t == SP_Q4_0 ? n / 32 * 18 : n * sizeof(sp_f16);
 }
 
 /* The key slots a tree row attends, in ascending order: the cached prefix
@@ -237,12 +255,30 @@ static void attn_worker(void *ctx, int ith, int nth) {
         const int nh = h0 + hpp <= (kvh + 1) * group ? hpp : (kvh + 1) * group - h0;
         if (nh <= 0) continue;
         const fwd_row *r = &j->ws->rows[i];
-        const size_t kvd = (size_t)r->kv->kv_dim;
-        const sp_f16 *kl = r->kv->k + (size_t)j->il * r->kv->n_ctx * kvd + (size_t)kvh * hd;
-        const sp_f16 *vl = r->kv->v + (size_t)j->il * r->kv->n_ctx * kvd + (size_t)kvh * hd;
+        const sp_kv *kv = r->kv;
+        const size_t kvd = (size_t)kv->kv_dim;
         float *out = j->ws->att + i * qd + (size_t)h0 * hd;
         const float *q = j->ws->q + i * qd + (size_t)h0 * hd;
         const int window = j->swa ? hp->swa_window : 0;
+        const uint32_t tk = kv->type_k[j->il], tv = kv->type_v[j->il];
+        if (tk != SP_F16 || tv != SP_F16) {      /* a quantized layer */
+            const uint8_t *kl = sp_kv_krow(kv, j->il, 0) + head_off(tk, kvh, hd);
+            const uint8_t *vl = sp_kv_vrow(kv, j->il, 0) + head_off(tv, kvh, hd);
+            int lo = 0, nk;
+            const int32_t *idx = NULL;
+            if (r->parent) {
+                nk = tree_keys(r, window, keys);
+                idx = keys;
+            } else {
+                if (window && r->pos - window + 1 > 0) lo = r->pos - window + 1;
+                nk = r->slot + 1 - lo;
+            }
+            sp_attn_heads_q(out, q, nh, kl, tk, kv->row_k[j->il], vl, tv, kv->row_v[j->il], hd, lo, idx, nk, j->scale,
+                            scores);
+            continue;
+        }
+        const sp_f16 *kl = (const sp_f16 *)(const void *)sp_kv_krow(kv, j->il, 0) + (size_t)kvh * hd;
+        const sp_f16 *vl = (const sp_f16 *)(const void *)sp_kv_vrow(kv, j->il, 0) + (size_t)kvh * hd;
         if (r->parent) {
             int nk = tree_keys(r, window, keys);
             sp_attn_heads_idx(out, q, nh, kl, vl, kvd, hd, keys, nk, j->scale, scores);

@@ -103,18 +103,55 @@ const char *sp_arch_name(sp_arch a);
 uint64_t sp_model_bytes_per_token(const sp_model *m);
 
 /* ------------------------------------------------------------------------
- * KV cache of one sequence: K and V per layer in F16, positions 0..n-1.
+ * KV cache of one sequence: K and V per layer, positions 0..n-1.
+ *
+ * A layer's rows are F16 (the default) or blocks of Q8_0 / Q4_0 (32 values
+ * with an F16 scale; kv_dim is a multiple of 32, and so is each head), as
+ * llama.cpp's --cache-type-k/-v.  Layer il's row of position p lives at
+ * (uint8_t *)k + off_k[il] + p * row_k[il] (the same for V); when every
+ * layer is F16 that is the plain (n_layer, n_ctx, kv_dim) array k points
+ * to, which code for F16-only caches (draft heads, draft models) indexes
+ * directly (kv->f16 says so).
  * ---------------------------------------------------------------------- */
+typedef struct sp_kv_types {
+    uint32_t k, v;               /* SP_F16 (default), SP_Q8_0 or SP_Q4_0 */
+    int quant_start;             /* layers below it stay F16 (llama.cpp has no such knob; 0 = all) */
+} sp_kv_types;
+
 typedef struct sp_kv {
     int n_layer;
     int n_ctx;                   /* capacity in tokens */
     int kv_dim;                  /* n_head_kv * head_dim */
     int n;                       /* tokens stored: positions [0, n) */
-    sp_f16 *k;                   /* (n_layer, n_ctx, kv_dim) owned */
-    sp_f16 *v;                   /* (n_layer, n_ctx, kv_dim) owned */
+    sp_f16 *k;                   /* owned: every layer's K rows (see above) */
+    sp_f16 *v;                   /* owned: every layer's V rows */
+    bool f16;                    /* every layer F16: k and v are (n_layer, n_ctx, kv_dim) */
+    uint32_t *type_k, *type_v;   /* (n_layer) owned */
+    size_t *row_k, *row_v;       /* (n_layer) bytes of one position's row */
+    size_t *off_k, *off_v;       /* (n_layer) byte offset of the layer's rows */
 } sp_kv;
 
+static inline uint8_t *sp_kv_krow(const sp_kv *kv, int il, int pos) {
+    return (uint8_t *)kv->k + kv->off_k[il] + (size_t)pos * kv->row_k[il];
+}
+static inline uint8_t *sp_kv_vrow(const sp_kv *kv, int il, int pos) {
+    return (uint8_t *)kv->v + kv->off_v[il] + (size_t)pos * kv->row_v[il];
+}
+
+/* A cache of the model's shape, all F16. */
 sp_kv *sp_kv_create(const sp_model *m, int n_ctx);
+/* With the given storage types (NULL = all F16); types must be valid
+ * (sp_kv_types_check). */
+sp_kv *sp_kv_create_typed(const sp_model *m, int n_ctx, const sp_kv_types *t);
+/* 0, or -1 + err: a type other than F16/Q8_0/Q4_0, a head size that is not
+ * a multiple of 32 with a quantized type, quant_start outside [0, n_layer]. */
+int sp_kv_types_check(const sp_model *m, const sp_kv_types *t, sp_err *err);
+/* "f16", "q8_0", "q4_0" -> SP_F16 ...; -1 for another name. */
+int sp_kv_type_parse(const char *name, uint32_t *out);
+/* "kv:q8_0/q4_0@2" (K type, V type, first quantized layer) or "kv:f16". */
+void sp_kv_types_name(const sp_kv_types *t, char *buf, size_t cap);
+/* Bytes one position takes in a cache of these types (K and V, all layers). */
+size_t sp_kv_bytes_per_token(const sp_model *m, const sp_kv_types *t);
 /* A cache of n_layer layers of kv_dim values per token (a draft head's). */
 sp_kv *sp_kv_create_dims(int n_layer, int n_ctx, int kv_dim);
 void sp_kv_free(sp_kv *kv);
