@@ -29,7 +29,8 @@ static const sp_kfuncs sp_kfuncs_scalar = { .name = "scalar", .level = SP_SIMD_S
     .vec_scale = sp_avx2_vec_scale,                  \
     .attn_head = sp_avx2_attn_head,                  \
     .attn_heads = sp_avx2_attn_heads,                \
-    .attn_heads_idx = sp_avx2_attn_heads_idx
+    .attn_heads_idx = sp_avx2_attn_heads_idx,       \
+    .attn_heads_q = sp_avx2_attn_heads_q
 
 const sp_kfuncs sp_kfuncs_avx2 = {
     .name = "avx2+fma+f16c",

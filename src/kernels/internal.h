@@ -216,6 +216,9 @@ typedef struct sp_kfuncs {
     void (*attn_heads_idx)(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
                            size_t stride, int head_dim, const int32_t *idx, int n, float scale,
                            float *scores);
+    void (*attn_heads_q)(float *out, const float *q, int n_q, const void *k, uint32_t tk, size_t k_stride,
+                         const void *v, uint32_t tv, size_t v_stride, int head_dim, int lo, const int32_t *idx,
+                         int n, float scale, float *scores);
 } sp_kfuncs;
 
 /* ops.c: GELU(tanh) of x as llama.cpp's CPU backend evaluates it (through
@@ -273,6 +276,9 @@ void sp_avx2_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, co
 void sp_avx2_attn_heads_idx(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
                             size_t stride, int head_dim, const int32_t *idx, int n, float scale,
                             float *scores);
+void sp_avx2_attn_heads_q(float *out, const float *q, int n_q, const void *k, uint32_t tk, size_t k_stride,
+                          const void *v, uint32_t tv, size_t v_stride, int head_dim, int lo, const int32_t *idx,
+                          int n, float scale, float *scores);
 /* y = exp(x) with the vectorised exp of the SIMD ops (for its test). */
 void sp_avx2_exp_row(float *y, const float *x, int n);
 #endif

@@ -231,7 +231,7 @@ void sp_attn_heads_idx(float *out, const float *q, int n_q, const sp_f16 *k, con
  * type) and each score is sp_vec_dot(tk, ...); a quantized V row is
  * dequantized and weighted by the F16-rounded probability.  F16 parts are
  * computed as in sp_attn_heads.  head_dim <= 512 (a multiple of 32 when
- * quantized); scores needs n floats. */
+ * quantized), n_q <= 16; scores needs n_q * n floats. */
 void sp_attn_heads_q(float *out, const float *q, int n_q, const void *k, uint32_t tk, size_t k_stride,
                      const void *v, uint32_t tv, size_t v_stride, int head_dim, int lo, const int32_t *idx,
                      int n, float scale, float *scores);

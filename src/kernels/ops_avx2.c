@@ -362,6 +362,116 @@ void sp_avx2_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16
     sp_o_attn_group(out, q, k, v, stride, head_dim, lo, hi, NULL, scale, scores, 1);
 }
 
+/* ----------------------------------------------------------------------------
+ * Attention over quantized K/V rows (sp_attn_heads_q): the portable
+ * algorithm with its inner loops in 256-bit registers, bit-identical to it
+ * (integer block dots are exact, the scores are summed block by block in
+ * the same order, and V is weighted with a multiply and an add, as the
+ * portable code compiles without contraction).
+ * ------------------------------------------------------------------------- */
+
+SP_AI float sp_o_blk_d(const uint8_t d[2]) {
+    sp_f16 h;
+    memcpy(&h, d, sizeof h);
+    return sp_f16_to_f32(h);
+}
+
+/* The 32 int8 values of block b of a key row of type t. */
+SP_AI __m256i sp_o_key_blk(uint32_t t, const uint8_t *row, int b, float *d) {
+    if (t == SP_Q8_0) {
+        const sp_blk_q8_0 *x = (const sp_blk_q8_0 *)(const void *)row + b;
+        *d = sp_o_blk_d(x->d);
+        return _mm256_loadu_si256((const __m256i *)(const void *)x->qs);
+    }
+    const sp_blk_q4_0 *x = (const sp_blk_q4_0 *)(const void *)row + b;
+    *d = sp_o_blk_d(x->d);
+    const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)x->qs), m = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(raw, m), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
+    return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+}
+
+/* Exact sum of the 32 products of two int8 vectors (values in [-127, 127]). */
+SP_AI int32_t sp_o_dot_i8(__m256i a, __m256i b) {
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+    const __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p32), _mm256_extracti128_si256(p32, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+void sp_avx2_attn_heads_q(float *out, const float *q, int n_q, const void *k, uint32_t tk, size_t k_stride,
+                          const void *v, uint32_t tv, size_t v_stride, int head_dim, int lo, const int32_t *idx,
+                          int n, float scale, float *scores) {
+    enum { MAXD = 512, MAXH = 16 };
+    const int nb = head_dim / 32;
+    static _Thread_local float qf[MAXH][MAXD], vrow[MAXD], qd[MAXH][MAXD / 32];
+    static _Thread_local int8_t qq[MAXH][MAXD];
+    for (int h = 0; h < n_q; h++) {
+        const float *qh = q + (size_t)h * head_dim;
+        if (tk == SP_F16) {
+            sp_o_f16_round(qf[h], qh, head_dim);
+        } else {
+            sp_blk_q8_0 blk[MAXD / 32];
+            sp_quantize_act_row(SP_Q8_0, qh, blk, head_dim);
+            for (int b = 0; b < nb; b++) {
+                memcpy(qq[h] + 32 * b, blk[b].qs, 32);
+                qd[h][b] = sp_o_blk_d(blk[b].d);
+            }
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        const uint8_t *kj = (const uint8_t *)k + (size_t)(idx ? idx[j] : lo + j) * k_stride;
+        if (tk == SP_F16) {                      /* the portable loop: F16 keys with quantized values */
+            const sp_f16 *kh = (const sp_f16 *)(const void *)kj;
+            for (int h = 0; h < n_q; h++) {
+                float s = 0.0f;
+                for (int d = 0; d < head_dim; d++) s += qf[h][d] * sp_f16_to_f32(kh[d]);
+                scores[(size_t)h * n + j] = s * scale;
+            }
+            continue;
+        }
+        float s[MAXH] = { 0 };
+        for (int b = 0; b < nb; b++) {
+            float dk;
+            const __m256i kb = sp_o_key_blk(tk, kj, b, &dk);
+            for (int h = 0; h < n_q; h++) {
+                const __m256i qb = _mm256_loadu_si256((const __m256i *)(const void *)(qq[h] + 32 * b));
+                s[h] += (float)sp_o_dot_i8(kb, qb) * (dk * qd[h][b]);
+            }
+        }
+        for (int h = 0; h < n_q; h++) scores[(size_t)h * n + j] = s[h] * scale;
+    }
+    for (int h = 0; h < n_q; h++) {
+        sp_softmax(scores + (size_t)h * n, n);
+        memset(out + (size_t)h * head_dim, 0, (size_t)head_dim * sizeof(float));
+    }
+    for (int j = 0; j < n; j++) {
+        const uint8_t *vj = (const uint8_t *)v + (size_t)(idx ? idx[j] : lo + j) * v_stride;
+        if (tv == SP_F16) {
+            for (int d = 0; d < head_dim; d += 8) _mm256_storeu_ps(vrow + d, sp_o_ld_h((const sp_f16 *)(const void *)vj + d, 8));
+        } else {
+            for (int b = 0; b < nb; b++) {
+                float dv;
+                const __m256i vb = sp_o_key_blk(tv, vj, b, &dv);
+                const __m256 ds = _mm256_set1_ps(dv);
+                const __m128i v0 = _mm256_castsi256_si128(vb), v1 = _mm256_extracti128_si256(vb, 1);
+                const __m128i parts[4] = { v0, _mm_srli_si128(v0, 8), v1, _mm_srli_si128(v1, 8) };
+                for (int c = 0; c < 4; c++)
+                    _mm256_storeu_ps(vrow + 32 * b + 8 * c,
+                                     _mm256_mul_ps(ds, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[c]))));
+            }
+        }
+        for (int h = 0; h < n_q; h++) {
+            const __m256 p = _mm256_set1_ps(sp_f16_to_f32(sp_f32_to_f16(scores[(size_t)h * n + j])));
+            float *oh = out + (size_t)h * head_dim;
+            for (int d = 0; d < head_dim; d += 8)
+                _mm256_storeu_ps(oh + d, _mm256_add_ps(_mm256_loadu_ps(oh + d),
+                                                       _mm256_mul_ps(p, _mm256_loadu_ps(vrow + d))));
+        }
+    }
+}
+
 SP_TARGET_END
 
 #endif /* __x86_64__ */

@@ -853,6 +853,81 @@ static void test_attention_groups(void **state) {
     free(kc); free(vc);
 }
 
+/* Attention over quantized K/V rows (sp_attn_heads_q): on every level a
+ * group of heads gives each head its result alone and a key list equal to
+ * a range gives the range's result, bit for bit; the levels agree within
+ * rounding, and both agree with attention in double over the dequantized
+ * rows (the query through Q8_0 against quantized keys, as documented). */
+static void test_attention_quant(void **state) {
+    (void)state;
+    const uint32_t kinds[][2] = { { SP_Q8_0, SP_Q8_0 }, { SP_Q4_0, SP_Q4_0 }, { SP_F16, SP_Q8_0 },
+                                  { SP_Q8_0, SP_F16 }, { SP_Q4_0, SP_Q8_0 } };
+    const int hds[] = { 64, 256 }, n_pos = 90, NQ = 4;
+    for (size_t hi_ = 0; hi_ < 2; hi_++)
+        for (size_t ki = 0; ki < sizeof kinds / sizeof *kinds; ki++) {
+            const int hd = hds[hi_];
+            const uint32_t tk = kinds[ki][0], tv = kinds[ki][1];
+            const size_t rk = tk == SP_F16 ? (size_t)hd * 2 : (size_t)hd / 32 * (tk == SP_Q8_0 ? 34 : 18);
+            const size_t rv = tv == SP_F16 ? (size_t)hd * 2 : (size_t)hd / 32 * (tv == SP_Q8_0 ? 34 : 18);
+            uint8_t *kc = malloc((size_t)n_pos * rk), *vc = malloc((size_t)n_pos * rv);
+            float *kf = malloc((size_t)n_pos * hd * sizeof(float)), *vf = malloc((size_t)n_pos * hd * sizeof(float));
+            float row[256];
+            for (int p = 0; p < n_pos; p++) {
+                fill(row, hd, 2.0f, 1000 + p);
+                if (tk == SP_F16) for (int d = 0; d < hd; d++) ((sp_f16 *)(void *)(kc + p * rk))[d] = sp_f32_to_f16(row[d]);
+                else sp_quantize_row(tk, row, kc + p * rk, hd);
+                sp_dequantize_row(tk == SP_F16 ? SP_F16 : tk, kc + p * rk, kf + (size_t)p * hd, hd);
+                fill(row, hd, 1.0f, 5000 + p);
+                if (tv == SP_F16) for (int d = 0; d < hd; d++) ((sp_f16 *)(void *)(vc + p * rv))[d] = sp_f32_to_f16(row[d]);
+                else sp_quantize_row(tv, row, vc + p * rv, hd);
+                sp_dequantize_row(tv == SP_F16 ? SP_F16 : tv, vc + p * rv, vf + (size_t)p * hd, hd);
+            }
+            float q[4 * 256], grp[4 * 256], one[4 * 256], lst[4 * 256], lvl[2][4 * 256], scores[4 * 90];
+            fill(q, NQ * hd, 1.0f, 77 + ki);
+            int32_t idx[90];
+            const int lo = 7, n = n_pos - lo;
+            for (int j = 0; j < n; j++) idx[j] = lo + j;
+            for (int level = 0; level <= (have_avx2() ? 1 : 0); level++) {
+                sp_kernels_set_simd(level ? SP_SIMD_AVX2 : SP_SIMD_SCALAR);
+                sp_attn_heads_q(grp, q, NQ, kc, tk, rk, vc, tv, rv, hd, lo, NULL, n, 0.125f, scores);
+                for (int h = 0; h < NQ; h++)
+                    sp_attn_heads_q(one + h * hd, q + h * hd, 1, kc, tk, rk, vc, tv, rv, hd, lo, NULL, n, 0.125f, scores);
+                sp_attn_heads_q(lst, q, NQ, kc, tk, rk, vc, tv, rv, hd, 0, idx, n, 0.125f, scores);
+                if (memcmp(grp, one, (size_t)NQ * hd * sizeof(float)) || memcmp(grp, lst, (size_t)NQ * hd * sizeof(float)))
+                    fail_msg("%s, hd %d, types %u/%u: grouping or a key list changed a result", sp_kernels_describe(),
+                             hd, tk, tv);
+                memcpy(lvl[level], grp, sizeof grp);
+            }
+            if (have_avx2()) assert_close(lvl[0], lvl[1], NQ * hd, 1e-3, 1e-3, "quantized attention");
+            /* the reference in double over dequantized rows */
+            for (int h = 0; h < NQ; h++) {
+                float qx[256];
+                if (tk == SP_F16) for (int d = 0; d < hd; d++) qx[d] = sp_f16_to_f32(sp_f32_to_f16(q[h * hd + d]));
+                else {
+                    uint8_t qb[8 * 34];
+                    sp_quantize_act_row(SP_Q8_0, q + h * hd, qb, hd);
+                    sp_dequantize_row(SP_Q8_0, qb, qx, hd);
+                }
+                double s[90], mx = -1e30, sum = 0;
+                for (int j = 0; j < n; j++) {
+                    s[j] = 0;
+                    for (int d = 0; d < hd; d++) s[j] += (double)qx[d] * kf[(size_t)(lo + j) * hd + d];
+                    s[j] *= 0.125;
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int j = 0; j < n; j++) sum += exp(s[j] - mx);
+                float ref[256];
+                for (int d = 0; d < hd; d++) {
+                    double o = 0;
+                    for (int j = 0; j < n; j++) o += exp(s[j] - mx) / sum * vf[(size_t)(lo + j) * hd + d];
+                    ref[d] = (float)o;
+                }
+                assert_close(ref, lvl[0] + h * hd, hd, 2e-3, 2e-3, "quantized attention vs double");
+            }
+            free(kc); free(vc); free(kf); free(vf);
+        }
+}
+
 /* The RoPE table path is bit-identical to sp_rope. */
 static void test_rope_table(void **state) {
     (void)state;
@@ -895,6 +970,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_exp_accuracy, teardown),
         cmocka_unit_test_teardown(test_attention_simd_vs_scalar, teardown),
         cmocka_unit_test_teardown(test_attention_groups, teardown),
+        cmocka_unit_test_teardown(test_attention_quant, teardown),
         cmocka_unit_test_teardown(test_rope_table, teardown),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
