@@ -71,7 +71,8 @@ for t in tests/serve/test_*.py; do
 done
 # the same servers built with ASan+UBSan: CI sees memory errors and undefined
 # behaviour in the HTTP and scheduler code (the suites check each server's report files)
-for t in tests/serve/test_serve.py tests/serve/test_serve_http.py tests/serve/test_tools.py tests/serve/test_prefix_cache.py; do
+for t in tests/serve/test_serve.py tests/serve/test_serve_http.py tests/serve/test_tools.py tests/serve/test_prefix_cache.py \
+         tests/serve/test_endpoints.py; do
     run_one "serve/$(basename "$t" .py)_asan" env SPECULA_BIN=build/asan/specula "$py" "$t"
 done
 

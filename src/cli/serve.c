@@ -3,6 +3,7 @@
 #include "cli/paths.h"
 #include "serve/serve.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,12 @@ static const char serve_help[] =
     "                          of --max-conns, at least 8; behind a reverse proxy on this host,\n"
     "                          set it to --max-conns)\n"
     "      --shutdown-timeout S  on SIGINT/SIGTERM, running requests get S seconds (default 10)\n"
+    "      --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty F, --seed S\n"
+    "                          sampling for requests that omit these fields (default: the model\n"
+    "                          file's general.sampling.* values, else llama.cpp's 0.8, 40, 0.95,\n"
+    "                          0.05, 1; a request without a seed gets a fresh one unless --seed)\n"
+    "      --cors-origin ORIGIN  answer browsers from ORIGIN (\"*\" = any): CORS headers and\n"
+    "                          OPTIONS preflights (default: no CORS)\n"
     "      --parse-special     read special-token text (\"<|im_start|>\") in completion prompts\n"
     "                          and message contents as special tokens; by default it is plain\n"
     "                          text, so a message cannot forge a turn (token-id prompts and the\n"
@@ -63,6 +70,11 @@ typedef struct serve_args {
     const char *alias;
     const char *cache_dir;
     sp_spec_cli spec;
+    /* sampling flags; NAN / -1 / unset = not given */
+    float temp, top_p, min_p, repeat_penalty;
+    int top_k;
+    bool seed_set;
+    uint64_t seed;
 } serve_args;
 
 /* Parses one serve-specific option; returns 1 consumed, 0 not ours, -1 bad. */
@@ -77,6 +89,16 @@ static int serve_opt(sp_args *a, serve_args *s) {
     if (sp_arg_is(a, "--parallel|-np")) return sp_arg_int(a, 1, 256, &s->eo.slots) ? 1 : -1;
     if (sp_arg_is(a, "--cache-ram")) return sp_arg_int(a, -1, 1 << 22, &s->eo.cache_mib) ? 1 : -1;
     if (sp_arg_is(a, "--cache-dir")) return sp_arg_str(a, &s->cache_dir) ? 1 : -1;
+    if (sp_arg_is(a, "--cors-origin")) return sp_arg_str(a, &o->cors_origin) ? 1 : -1;
+    if (sp_arg_is(a, "--temp|--temperature")) return sp_arg_float(a, 0, 100, &s->temp) ? 1 : -1;
+    if (sp_arg_is(a, "--top-k")) return sp_arg_int(a, 0, 1 << 24, &s->top_k) ? 1 : -1;
+    if (sp_arg_is(a, "--top-p")) return sp_arg_float(a, 1e-6, 1, &s->top_p) ? 1 : -1;
+    if (sp_arg_is(a, "--min-p")) return sp_arg_float(a, 0, 1, &s->min_p) ? 1 : -1;
+    if (sp_arg_is(a, "--repeat-penalty")) return sp_arg_float(a, 0.01, 100, &s->repeat_penalty) ? 1 : -1;
+    if (sp_arg_is(a, "--seed")) {
+        s->seed_set = true;
+        return sp_arg_u64(a, &s->seed) ? 1 : -1;
+    }
     if (sp_arg_is(a, "--queue")) return sp_arg_int(a, 1, 65536, &o->queue_max) ? 1 : -1;
     if (sp_arg_is(a, "--max-body")) {
         if (!sp_arg_int(a, 1024, 1 << 30, &bytes)) return -1;
@@ -106,6 +128,23 @@ static void model_id(const serve_args *s, char *buf, size_t cap) {
     if (!s->alias && n > 5 && !strcmp(buf + n - 5, ".gguf")) buf[n - 5] = 0;
 }
 
+/* The sampling of requests that omit fields: llama.cpp's defaults, the
+ * model file's general.sampling.* over them, the flags over both. */
+static void server_sampling(const sp_engine *e, serve_args *s) {
+    sp_sampler_params p = sp_serve_sampling_defaults();
+    char warn[256];
+    if (sp_serve_sampling_from_gguf(e->model->gguf, &p, warn, sizeof warn))
+        fprintf(stderr, "specula serve: warning: %s\n", warn);
+    if (!isnan(s->temp)) p.temperature = s->temp;
+    if (s->top_k >= 0) p.top_k = s->top_k;
+    if (!isnan(s->top_p)) p.top_p = s->top_p;
+    if (!isnan(s->min_p)) p.min_p = s->min_p;
+    if (!isnan(s->repeat_penalty)) p.repeat_penalty = s->repeat_penalty;
+    if (s->seed_set) p.seed = s->seed;
+    s->so.sampling = p;
+    s->so.seed_set = s->seed_set;
+}
+
 /* Serves until SIGINT or SIGTERM (blocked in every thread, taken here). */
 static int serve_until_signal(sp_engine *e, serve_args *s, const sigset_t *sigs, sp_err *err) {
     sp_server *srv = sp_server_start(e->ctx, &s->so, err);
@@ -130,6 +169,8 @@ static int parse_serve_args(int argc, char **argv, serve_args *s) {
     s->so = sp_server_defaults();
     s->eo.slots = 4;
     s->eo.cache_mib = 1024;
+    s->temp = s->top_p = s->min_p = s->repeat_penalty = NAN;
+    s->top_k = -1;
     s->so.spec_default = "ngram";
     s->so.api_key = getenv("SPECULA_API_KEY");
     if (s->so.api_key && !*s->so.api_key) s->so.api_key = NULL;
@@ -145,6 +186,7 @@ static int parse_serve_args(int argc, char **argv, serve_args *s) {
     if (s->so.api_key && !*s->so.api_key) return sp_usage_error("serve", "--api-key must not be empty");
     if (s->alias && !*s->alias) return sp_usage_error("serve", "--alias must not be empty");
     if (s->cache_dir && !s->eo.cache_mib) return sp_usage_error("serve", "--cache-dir needs a prefix cache (--cache-ram)");
+    if (s->so.cors_origin && !*s->so.cors_origin) return sp_usage_error("serve", "--cors-origin must not be empty");
     sp_err err;
     if (strcmp(s->so.spec_default, "none") && sp_drafter_check_name(s->so.spec_default, &err))
         return sp_usage_error("serve", "--spec: %s", err.msg);
@@ -191,6 +233,7 @@ int sp_cmd_serve(int argc, char **argv) {
     sp_engine e;
     if (sp_engine_open(&s.eo, &e, &err)) goto done;
     if (!(n_drafters = make_drafters(&e, &s, drafters, &err))) goto close;
+    server_sampling(&e, &s);
     char id[256];
     model_id(&s, id, sizeof id);
     s.so.model_id = id;

@@ -15,6 +15,7 @@
  */
 #include "serve/internal.h"
 
+#include <assert.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -52,10 +53,12 @@ struct sp_server {
 };
 
 typedef enum route {
-    R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_ROOT
+    R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_ROOT, R_PROPS, R_TOKENIZE,
+    R_DETOKENIZE
 } route;
 static const char *const route_names[] = { "other", "/v1/chat/completions", "/v1/completions",
-                                           "/v1/models", "/v1/models/{id}", "/health", "/metrics", "/" };
+                                           "/v1/models", "/v1/models/{id}", "/health", "/metrics", "/",
+                                           "/props", "/tokenize", "/detokenize" };
 
 /* One HTTP request (the connection's con_cls while it is being answered). */
 typedef struct http_req {
@@ -83,11 +86,20 @@ static bool stopping(const sp_server *s) { return __atomic_load_n(&s->stopping, 
  * Responses
  * ------------------------------------------------------------------------- */
 
+/* With --cors-origin, every API answer names the origin browsers may read
+ * it from. */
+static void add_cors(const sp_server *s, struct MHD_Response *resp) {
+    if (!s->o.cors_origin) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->o.cors_origin);
+    if (strcmp(s->o.cors_origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 static enum MHD_Result send_bytes(sp_server *s, struct MHD_Connection *c, http_req *r, int status,
                                   const char *ctype, char *body, size_t n) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
     if (!resp) { free(body); return MHD_NO; }
     MHD_add_response_header(resp, "Content-Type", ctype);
+    add_cors(s, resp);
     if (status == 503 || status == 429) MHD_add_response_header(resp, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     if (status == 405) MHD_add_response_header(resp, "Allow", r->post ? "GET" : "POST");
@@ -201,6 +213,8 @@ static enum MHD_Result on_get(sp_server *s, struct MHD_Connection *c, http_req *
         json_array_append_new(data, model_object(s));
         return send_json(s, c, r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
     }
+    case R_PROPS:
+        return send_json(s, c, r, 200, sp_serve_props(&s->o, s->n_ctx, s->parallel, sp_chat_format_name(s->chat)));
     case R_MODEL:
         if (!strcmp(url + strlen("/v1/models/"), s->o.model_id))
             return send_json(s, c, r, 200, model_object(s));
@@ -313,7 +327,7 @@ static sp_job *make_job(sp_server *s, sp_req *q, sp_resp_ctx *ctx, sp_api_err *e
     sp_job *j = NULL;
     sp_err err;
     const uint64_t n = __atomic_add_fetch(&s->counter, 1, __ATOMIC_RELAXED);
-    if (!q->seed_set) q->sampling.seed = sp_hash64(sp_now_ns() ^ (n << 32));
+    if (!q->seed_set) q->sampling.seed = s->o.seed_set ? s->o.sampling.seed : sp_hash64(sp_now_ns() ^ (n << 32));
     if (prompt_tokens(s, q, &toks, e) || fit_context(s, q, toks.n, &c.max_tokens, e) ||
         speculation(s, q, &c, e) || sp_req_constrain(q, &c.grammar, &c.grammar_trigger, e))
         goto done;
@@ -510,6 +524,7 @@ static enum MHD_Result answer_stream(sp_server *s, struct MHD_Connection *c, htt
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, x, sse_free);
     if (!resp) { sse_free(x); return MHD_NO; }
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    add_cors(s, resp);
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     const enum MHD_Result rc = MHD_queue_response(c, 200, resp);
@@ -519,11 +534,108 @@ static enum MHD_Result answer_stream(sp_server *s, struct MHD_Connection *c, htt
     return rc;
 }
 
+/* ----------------------------------------------------------------------------
+ * /tokenize and /detokenize (llama-server's shapes)
+ * ------------------------------------------------------------------------- */
+
+static enum MHD_Result bad_request(sp_server *s, struct MHD_Connection *c, http_req *r, const char *param,
+                                   const char *msg) {
+    sp_api_err e;
+    sp_api_fail(&e, 400, "invalid_request_error", NULL, param, "%s", msg);
+    return send_error(s, c, r, &e);
+}
+
+/* A field that must be a boolean when present (absent or null: dflt). */
+static int opt_bool(json_t *o, const char *key, bool dflt, bool *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) { *out = dflt; return 0; }
+    if (!json_is_boolean(v)) return -1;
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* {"content": TEXT, "add_special": false, "parse_special": true,
+ *  "with_pieces": false} -> {"tokens": [ids]} or [{"id", "piece"}] (a
+ * piece's text, or its bytes when they are not valid UTF-8). */
+static enum MHD_Result on_tokenize(sp_server *s, struct MHD_Connection *c, http_req *r, json_t *o) {
+    json_t *content = json_object_get(o, "content");
+    bool add_special, parse_special, with_pieces;
+    if (!json_is_string(content)) return bad_request(s, c, r, "content", "'content' must be a string.");
+    if (opt_bool(o, "add_special", false, &add_special) || opt_bool(o, "parse_special", true, &parse_special) ||
+        opt_bool(o, "with_pieces", false, &with_pieces))
+        return bad_request(s, c, r, NULL, "'add_special', 'parse_special' and 'with_pieces' must be booleans.");
+    sp_tokens t = { 0 };
+    sp_err err;
+    if (sp_tokenize(s->tok, json_string_value(content), json_string_length(content),
+                    add_special && sp_tokenizer_add_bos(s->tok), parse_special, &t, &err)) {
+        sp_tokens_free(&t);
+        return bad_request(s, c, r, "content", err.msg);
+    }
+    json_t *arr = json_array();
+    const size_t cap = (size_t)sp_tokenizer_max_token_len(s->tok) + 1;
+    char *buf = sp_xmalloc(cap);
+    for (int i = 0; i < t.n; i++) {
+        if (!with_pieces) { json_array_append_new(arr, json_integer(t.ids[i])); continue; }
+        const size_t n = sp_token_piece(s->tok, t.ids[i], true, buf, cap);
+        assert(n <= cap);                        /* no piece is longer than the longest token */
+        json_t *piece = json_stringn(buf, n);    /* NULL when not valid UTF-8: then the bytes */
+        if (!piece) {
+            piece = json_array();
+            for (size_t k = 0; k < n; k++) json_array_append_new(piece, json_integer((unsigned char)buf[k]));
+        }
+        json_array_append_new(arr, json_pack("{s:i,s:o}", "id", (json_int_t)t.ids[i], "piece", piece));
+    }
+    free(buf);
+    sp_tokens_free(&t);
+    return send_json(s, c, r, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+/* {"tokens": [ids]} -> {"content": TEXT}; special tokens are rendered. */
+static enum MHD_Result on_detokenize(sp_server *s, struct MHD_Connection *c, http_req *r, json_t *o) {
+    json_t *toks = json_object_get(o, "tokens");
+    if (!json_is_array(toks)) return bad_request(s, c, r, "tokens", "'tokens' must be an array of token ids.");
+    const int V = s->m->hp.n_vocab;
+    size_t i;
+    json_t *v;
+    json_array_foreach(toks, i, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= V) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "tokens[%zu] is not a token id in [0, %d).", i, V);
+            return bad_request(s, c, r, "tokens", msg);
+        }
+    }
+    sp_detok d = { 0 };
+    char *text = NULL;
+    size_t n = 0, cap = 0;
+    const size_t piece_cap = SP_DETOK_CAP(sp_tokenizer_max_token_len(s->tok));
+    json_array_foreach(toks, i, v) {
+        SP_VEC_GROW(text, cap, n + piece_cap + 1);
+        n += sp_detok_push(&d, s->tok, (int32_t)json_integer_value(v), true, text + n, piece_cap);
+    }
+    SP_VEC_GROW(text, cap, n + 64 + 1);
+    n += sp_detok_flush(&d, text + n, 64);
+    json_t *resp = json_pack("{s:o}", "content", sp_json_text(text ? text : "", n));
+    free(text);
+    return send_json(s, c, r, 200, resp);
+}
+
+static enum MHD_Result on_tokens(sp_server *s, struct MHD_Connection *c, http_req *r) {
+    json_error_t je;
+    json_t *o = json_loadb(r->body ? r->body : "", r->n_body, 0, &je);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return bad_request(s, c, r, NULL, "The request body must be a JSON object.");
+    }
+    const enum MHD_Result rc = r->rt == R_TOKENIZE ? on_tokenize(s, c, r, o) : on_detokenize(s, c, r, o);
+    json_decref(o);
+    return rc;
+}
+
 static enum MHD_Result on_generate(sp_server *s, struct MHD_Connection *c, http_req *r) {
     const sp_api_kind kind = r->rt == R_CHAT ? SP_API_CHAT : SP_API_COMPLETION;
     sp_req q;
     sp_api_err e;
-    if (sp_req_parse(kind, r->body ? r->body : "", r->n_body, s->m->hp.n_vocab, &q, &e))
+    if (sp_req_parse_with(kind, r->body ? r->body : "", r->n_body, s->m->hp.n_vocab, &s->o.sampling, &q, &e))
         return send_error(s, c, r, &e);
     sp_resp_ctx ctx;
     sp_job *j = make_job(s, &q, &ctx, &e);
@@ -550,7 +662,8 @@ static route route_of(const char *url, bool *post_route) {
         { "/v1/completions", R_COMPLETIONS, true }, { "/completions", R_COMPLETIONS, true },
         { "/v1/models", R_MODELS, false }, { "/models", R_MODELS, false },
         { "/health", R_HEALTH, false }, { "/v1/health", R_HEALTH, false },
-        { "/metrics", R_METRICS, false }, { "/", R_ROOT, false },
+        { "/metrics", R_METRICS, false }, { "/", R_ROOT, false }, { "/props", R_PROPS, false },
+        { "/tokenize", R_TOKENIZE, true }, { "/detokenize", R_DETOKENIZE, true },
     };
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path)) { *post_route = routes[i].post; return routes[i].rt; }
@@ -682,6 +795,22 @@ static bool early_checks(sp_server *s, struct MHD_Connection *c, http_req *r, bo
     return false;
 }
 
+/* A CORS preflight (OPTIONS with --cors-origin): what browsers may send.
+ * No key is asked: browsers send none with a preflight. */
+static enum MHD_Result preflight(sp_server *s, struct MHD_Connection *c, http_req *r) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    add_cors(s, resp);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    const enum MHD_Result rc = MHD_queue_response(c, 204, resp);
+    MHD_destroy_response(resp);
+    sp_metrics_http(s->mx, route_names[r->rt], 204);
+    r->answered = true;
+    return rc;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
@@ -696,6 +825,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->post = !strcmp(method, "POST");
         enum MHD_Result rc;
         if (check_framing(s, c, r, version, &rc)) return rc;
+        if (!strcmp(method, "OPTIONS") && s->o.cors_origin && r->rt != R_NONE) return preflight(s, c, r);
         if (strcmp(method, "GET") && strcmp(method, "POST") && strcmp(method, "HEAD"))
             return fail(s, c, r, 405, "invalid_request_error", "method_not_allowed", "Method not allowed.");
         if (early_checks(s, c, r, post_route, &rc)) return rc;
@@ -719,6 +849,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     sp_gate_deadline(c, 0);          /* the body is in: the answer may take long */
+    if (r->rt == R_TOKENIZE || r->rt == R_DETOKENIZE) return on_tokens(s, c, r);
     return on_generate(s, c, r);
 }
 
@@ -744,7 +875,8 @@ sp_server_opts sp_server_defaults(void) {
                              .queue_max = 64, .max_body = 1 << 20,
                              .timeout_s = 600, .header_timeout_s = 10, .shutdown_timeout_s = 10,
                              .spec_default = "none",
-                             .draft_max_default = SP_DRAFT_ADAPTIVE };
+                             .draft_max_default = SP_DRAFT_ADAPTIVE,
+                             .sampling = sp_serve_sampling_defaults() };
 }
 
 static int check_opts(const sp_server_opts *o, sp_err *err) {

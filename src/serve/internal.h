@@ -365,4 +365,8 @@ json_t *sp_api_tool_chunk(const sp_resp_ctx *c, const sp_tcparse *p, const sp_tc
 extern const char sp_serve_page_html[];      /* the bytes of page.html, NUL-terminated */
 extern const char sp_serve_page_html_end[];  /* one past the NUL */
 
+/* GET /props: the default generation settings, slots, model alias, chat
+ * template name, speculation default (props.c). */
+json_t *sp_serve_props(const sp_server_opts *o, int n_ctx, int n_slots, const char *chat_template);
+
 #endif /* SP_SERVE_INTERNAL_H */

@@ -361,7 +361,7 @@ static int parse_sampling(json_t *o, sp_req *r, int n_vocab, sp_api_err *e) {
     if (get_number(o, "top_p", 0, 1, &p->top_p, e)) return -1;
     if (!(p->top_p > 0)) return sp_api_bad(e, "top_p", "'top_p' must be greater than 0.");
     if (get_int(o, "top_k", -1, 1 << 30, &k, &set, e)) return -1;
-    p->top_k = k < 0 ? 0 : (int)k;
+    if (set) p->top_k = k < 0 ? 0 : (int)k;       /* absent: the server's default */
     if (get_number(o, "min_p", 0, 1, &p->min_p, e)) return -1;
     if (get_number(o, "presence_penalty", -2, 2, &p->presence_penalty, e)) return -1;
     if (get_number(o, "frequency_penalty", -2, 2, &p->frequency_penalty, e)) return -1;
@@ -464,11 +464,18 @@ static int parse_fields(json_t *o, sp_req *r, int n_vocab, sp_api_err *e) {
 
 int sp_req_parse(sp_api_kind kind, const char *body, size_t len, int n_vocab, sp_req *r,
                  sp_api_err *err) {
+    return sp_req_parse_with(kind, body, len, n_vocab, NULL, r, err);
+}
+
+int sp_req_parse_with(sp_api_kind kind, const char *body, size_t len, int n_vocab,
+                      const sp_sampler_params *defaults, sp_req *r, sp_api_err *err) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
-    r->sampling = sp_sampler_defaults();
-    r->sampling.temperature = 1.0f;              /* OpenAI's default */
-    r->sampling.repeat_last_n = -1;              /* penalties see every generated token */
+    /* omitted fields: the server's defaults (llama.cpp's, not OpenAI's
+     * temperature 1 with no filters: see props.c) */
+    r->sampling = defaults ? *defaults : sp_serve_sampling_defaults();
+    r->sampling.bias = NULL;
+    r->sampling.n_bias = 0;
     r->draft_max = SP_REQ_DRAFT_DEFAULT;
     json_error_t je;
     json_t *o = json_loadb(body, len, 0, &je);

@@ -126,6 +126,10 @@ typedef struct sp_req {
  * need to free) and err holds the 400 to send. */
 int sp_req_parse(sp_api_kind kind, const char *body, size_t len, int n_vocab, sp_req *r,
                  sp_api_err *err);
+/* The same with the server's defaults for the sampling fields a request
+ * omits (NULL = sp_serve_sampling_defaults(), which sp_req_parse uses). */
+int sp_req_parse_with(sp_api_kind kind, const char *body, size_t len, int n_vocab,
+                      const sp_sampler_params *defaults, sp_req *r, sp_api_err *err);
 void sp_req_free(sp_req *r);
 
 /* Tools are rendered and the output is parsed for tool calls. */
@@ -180,10 +184,25 @@ typedef struct sp_server_opts {
     int draft_max_default;           /* SP_DRAFT_ADAPTIVE or 0..SP_MAX_DRAFT */
     sp_drafter **drafters;
     int n_drafters;
+    /* what a request that omits a sampling field gets (see props.c) */
+    sp_sampler_params sampling;
+    bool seed_set;                   /* requests without a seed use sampling.seed (else a fresh one) */
+    const char *cors_origin;         /* NULL = no CORS headers; else the allowed origin ("*" = any) */
 } sp_server_opts;
 
-/* Defaults for every field above (drafters none, spec "none"). */
+/* Defaults for every field above (drafters none, spec "none", sampling
+ * sp_serve_sampling_defaults()). */
 sp_server_opts sp_server_defaults(void);
+
+/* llama.cpp's sampling defaults (temperature 0.8, top-k 40, top-p 0.95,
+ * min-p 0.05), the server's when neither a flag nor the model says
+ * otherwise (props.c). */
+sp_sampler_params sp_serve_sampling_defaults(void);
+/* Applies the model file's general.sampling.* keys (temp, top_k, top_p,
+ * min_p, penalty_repeat, penalty_last_n) to p.  -1 when a key is present but
+ * unusable (wrong type or out of range): it is skipped and warn says
+ * which. */
+int sp_serve_sampling_from_gguf(const sp_gguf *g, sp_sampler_params *p, char *warn, size_t cap);
 
 typedef struct sp_server sp_server;
 

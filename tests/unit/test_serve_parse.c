@@ -4,6 +4,7 @@
 #include "serve/internal.h"
 
 #include <math.h>
+#include <unistd.h>
 
 #define V 1000   /* vocabulary size for logit_bias / token-id checks */
 
@@ -80,8 +81,9 @@ static void test_defaults(void **state) {
     assert_int_equal(parse(SP_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", &r, &e), 0);
     assert_null(r.model);
     assert_int_equal(r.max_tokens, -1);
-    assert_true(r.sampling.temperature == 1.0f && r.sampling.top_p == 1.0f);
-    assert_int_equal(r.sampling.top_k, 0);
+    /* omitted: llama.cpp's defaults, not OpenAI's temperature 1 without filters */
+    assert_true(r.sampling.temperature == 0.8f && r.sampling.top_p == 0.95f && r.sampling.min_p == 0.05f);
+    assert_int_equal(r.sampling.top_k, 40);
     assert_false(r.seed_set || r.stream || r.logprobs || r.ignore_eos);
     assert_int_equal(r.n_stops, 0);
     assert_string_equal(r.method, "");
@@ -90,9 +92,65 @@ static void test_defaults(void **state) {
     /* explicit nulls are the same as absent */
     assert_int_equal(parse(SP_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"temperature\": null,"
                                         " \"stop\": null, \"max_tokens\": null, \"seed\": null}", &r, &e), 0);
-    assert_true(r.sampling.temperature == 1.0f);
+    assert_true(r.sampling.temperature == 0.8f);
     assert_int_equal(r.max_tokens, -1);
     sp_req_free(&r);
+}
+
+/* A GGUF with the given general.sampling.* pairs (float values; top_k and
+ * penalty_last_n as integers), opened from a temporary file. */
+static sp_gguf *gguf_with(const char *const *keys, const double *vals, int n, bool bad_type) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/specula-sampling-%d.gguf", (int)getpid());
+    sp_err err;
+    sp_gguf_writer *w = sp_gguf_writer_create();
+    for (int i = 0; i < n; i++) {
+        sp_gguf_value v = { 0 };
+        const bool integer = strstr(keys[i], "top_k") || strstr(keys[i], "last_n");
+        if (bad_type && i == 0) { assert_int_equal(sp_gguf_writer_set_str(w, keys[i], "hot", &err), 0); continue; }
+        if (integer) { v.type = SP_GGUF_INT32; v.v.i64 = (int64_t)vals[i]; }
+        else { v.type = SP_GGUF_FLOAT32; v.v.f64 = vals[i]; }
+        assert_int_equal(sp_gguf_writer_set(w, keys[i], &v, &err), 0);
+    }
+    assert_int_equal(sp_gguf_writer_write(w, path, NULL, NULL, &err), 0);
+    sp_gguf_writer_free(w);
+    sp_gguf *g = sp_gguf_open(path, &err);
+    assert_non_null(g);
+    unlink(path);
+    return g;
+}
+
+/* The model file's general.sampling.* keys over llama.cpp's defaults; a
+ * key of the wrong type or out of range is skipped with a warning. */
+static void test_sampling_from_gguf(void **state) {
+    (void)state;
+    const sp_sampler_params d = sp_serve_sampling_defaults();
+    assert_true(d.temperature == 0.8f && d.top_k == 40 && d.top_p == 0.95f && d.min_p == 0.05f);
+    const char *keys[] = { "general.sampling.temp", "general.sampling.top_k", "general.sampling.top_p",
+                           "general.sampling.min_p", "general.sampling.penalty_repeat",
+                           "general.sampling.penalty_last_n" };
+    const double vals[] = { 0.6, 20, 0.9, 0.02, 1.05, 128 };
+    sp_gguf *g = gguf_with(keys, vals, 6, false);
+    sp_sampler_params p = d;
+    char warn[256];
+    assert_int_equal(sp_serve_sampling_from_gguf(g, &p, warn, sizeof warn), 0);
+    assert_true(p.temperature == 0.6f && p.top_k == 20 && p.top_p == 0.9f && p.min_p == 0.02f &&
+                p.repeat_penalty == 1.05f && p.repeat_last_n == 128);
+    sp_gguf_close(g);
+    /* none present: unchanged */
+    g = gguf_with(keys, vals, 0, false);
+    p = d;
+    assert_int_equal(sp_serve_sampling_from_gguf(g, &p, warn, sizeof warn), 0);
+    assert_memory_equal(&p, &d, sizeof p);
+    sp_gguf_close(g);
+    /* temp as a string, top_p out of range: both skipped, named */
+    const double bad[] = { 0, 20, 1.5 };
+    g = gguf_with(keys, bad, 3, true);
+    p = d;
+    assert_int_equal(sp_serve_sampling_from_gguf(g, &p, warn, sizeof warn), -1);
+    assert_true(p.temperature == 0.8f && p.top_k == 20 && p.top_p == 0.95f);
+    assert_non_null(strstr(warn, "general.sampling."));
+    sp_gguf_close(g);
 }
 
 static void test_completion_prompts(void **state) {
@@ -328,6 +386,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_full),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_sampling_from_gguf),
         cmocka_unit_test(test_completion_prompts),
         cmocka_unit_test(test_errors_name_the_param),
         cmocka_unit_test(test_range_errors_exact),

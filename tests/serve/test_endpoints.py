@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Server defaults and llama-server's extra endpoints: a request that omits
+its sampling fields gets the server's defaults (llama.cpp's, or `serve
+--temp/--top-k/--top-p/--min-p/--repeat-penalty/--seed`), which GET /props
+reports; POST /tokenize and /detokenize in llama-server's shapes; CORS with
+--cors-origin (preflights answered), none without.  TAP out.
+
+Run from the repository root:  .venv/bin/python tests/serve/test_endpoints.py
+"""
+import json
+import os
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from taplib import check, plan, tap  # noqa: E402
+from test_serve import BIN, KEY, Server, request  # noqa: E402
+
+AUTH = {"Authorization": "Bearer " + KEY}
+MSGS = [{"role": "user", "content": "Write one sentence about the sea."}]
+
+
+def post(srv, path, body):
+    return request(srv, "POST", path, body)
+
+
+def chat(srv, **kw):
+    st, _, body = post(srv, "/v1/chat/completions", dict({"messages": MSGS, "max_tokens": 24}, **kw))
+    assert st == 200, (st, body)
+    return json.loads(body)["choices"][0]["message"]["content"]
+
+
+def props(srv):
+    st, _, body = request(srv, "GET", "/props", None, AUTH)
+    assert st == 200, (st, body)
+    return json.loads(body)
+
+
+def main():
+    if not os.access(BIN, os.X_OK):
+        tap(False, f"{BIN} exists (make BUILD=release)")
+        return plan()
+    plain = Server("--api-key", KEY, "--seed", "42")
+    tuned = Server("--api-key", KEY, "--temp", "0.3", "--top-k", "7", "--top-p", "0.5", "--min-p", "0.1",
+                   "--repeat-penalty", "1.1", "--seed", "5", "--cors-origin", "https://example.org")
+    try:
+        def llama_defaults():
+            p = props(plain)["default_generation_settings"]["params"]
+            assert abs(p["temperature"] - 0.8) < 1e-6 and p["top_k"] == 40, p
+            assert abs(p["top_p"] - 0.95) < 1e-6 and abs(p["min_p"] - 0.05) < 1e-6 and p["seed"] == 42, p
+            return True
+        check("GET /props: llama.cpp's sampling defaults when neither flags nor the model set them",
+              llama_defaults)
+        check("/props: slots, context, chat template, speculation default",
+              lambda: (lambda j: j["total_slots"] == 4 and j["default_generation_settings"]["n_ctx"] > 0 and
+                       j["chat_template"] == "chatml" and j["speculative"]["method"] == "ngram")(props(plain)))
+        check("a request without sampling fields samples with the defaults (equal to naming them)",
+              lambda: chat(plain) == chat(plain, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=42))
+
+        def tuned_props():
+            p = props(tuned)["default_generation_settings"]["params"]
+            return (abs(p["temperature"] - 0.3) < 1e-6 and p["top_k"] == 7 and abs(p["top_p"] - 0.5) < 1e-6 and
+                    abs(p["min_p"] - 0.1) < 1e-6 and abs(p["repeat_penalty"] - 1.1) < 1e-6 and p["seed"] == 5)
+        check("serve --temp/--top-k/--top-p/--min-p/--repeat-penalty/--seed show in /props", tuned_props)
+        check("and are what an empty request gets",
+              lambda: chat(tuned) == chat(tuned, temperature=0.3, top_k=7, top_p=0.5, min_p=0.1,
+                                          repetition_penalty=1.1, seed=5))
+        check("a request's own fields still win",
+              lambda: chat(tuned, temperature=0, repetition_penalty=1.0) == chat(plain, temperature=0))
+
+        def tokenize():
+            st, _, body = post(plain, "/tokenize", {"content": "Hello world"})
+            ids = json.loads(body)["tokens"]
+            assert st == 200 and ids and all(isinstance(i, int) for i in ids), body
+            st, _, body = post(plain, "/tokenize", {"content": "Hello world", "with_pieces": True})
+            pieces = json.loads(body)["tokens"]
+            assert [p["id"] for p in pieces] == ids and "".join(p["piece"] for p in pieces) == "Hello world", pieces
+            st, _, body = post(plain, "/detokenize", {"tokens": ids})
+            return st == 200 and json.loads(body)["content"] == "Hello world"
+        check("POST /tokenize (ids, with_pieces) and /detokenize round-trip", tokenize)
+
+        def special():
+            one = json.loads(post(plain, "/tokenize", {"content": "<|im_start|>"})[2])["tokens"]
+            text = json.loads(post(plain, "/tokenize", {"content": "<|im_start|>", "parse_special": False})[2])
+            return len(one) == 1 and len(text["tokens"]) > 1
+        check("/tokenize parse_special: true (default) reads special-token text, false keeps it text", special)
+
+        def bad_tokens():
+            a = post(plain, "/detokenize", {"tokens": [1, -5]})
+            b = post(plain, "/detokenize", {"tokens": "abc"})
+            c = post(plain, "/tokenize", {"content": 5})
+            d = post(plain, "/tokenize", {"content": "x", "with_pieces": "yes"})
+            e = request(plain, "POST", "/tokenize", raw=b"[1,2]")
+            return (a[0], b[0], c[0], d[0], e[0]) == (400,) * 5 and b"tokens[1]" in a[2]
+        check("bad /tokenize and /detokenize bodies are 400s naming the field", bad_tokens)
+        nokey = {"Authorization": "Bearer not-the-key"}
+        check("/props and /tokenize need the key", lambda: request(plain, "GET", "/props", None, nokey)[0] == 401 and
+              request(plain, "POST", "/tokenize", {"content": "x"}, nokey)[0] == 401)
+
+        def cors():
+            st, h, _ = request(tuned, "OPTIONS", "/v1/chat/completions", None,
+                               {"Origin": "https://example.org", "Access-Control-Request-Method": "POST"})
+            hd = {k.lower(): v for k, v in h.items()}
+            assert st == 204 and hd.get("access-control-allow-origin") == "https://example.org", (st, h)
+            assert "POST" in hd.get("access-control-allow-methods", "") and \
+                "authorization" in hd.get("access-control-allow-headers", "").lower(), h
+            st, h, _ = request(tuned, "GET", "/props", None, dict(AUTH, Origin="https://example.org"))
+            hd = {k.lower(): v for k, v in h.items()}
+            return st == 200 and hd.get("access-control-allow-origin") == "https://example.org"
+        check("--cors-origin: preflights get 204 with the allowed methods and headers; answers name the origin",
+              cors)
+
+        def no_cors():
+            st, h, _ = request(plain, "OPTIONS", "/v1/chat/completions", None, {"Origin": "https://example.org"})
+            st2, h2, _ = request(plain, "GET", "/props", None, AUTH)
+            return st == 405 and not any(k.lower().startswith("access-control") for k in list(h) + list(h2))
+        check("without --cors-origin: OPTIONS is 405 and no CORS headers", no_cors)
+        check("SIGTERM exits 0 (both)", lambda: plain.stop() == 0 and tuned.stop() == 0)
+        plain.check_sanitizer()
+        tuned.check_sanitizer()
+    finally:
+        plain.stop(signal.SIGKILL)
+        tuned.stop(signal.SIGKILL)
+    return plan()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
