@@ -4,7 +4,8 @@
 #   make debug      -O0 -g, asserts on -> build/debug/specula
 #   make asan       ASan+UBSan     -> build/asan/specula (+ test binaries)
 #   make tests      the unit and model test binaries of BUILD (release by default)
-#   make test       build release + asan and run the whole suite (tests/run.sh)
+#   make test       install test deps (scripts/setup-tests.sh), fetch the models, build release
+#                   + asan and run the whole suite (tests/run.sh)
 #   make fuzz       libFuzzer harness for the GGUF reader (clang)
 #   make install    PREFIX=/usr/local DESTDIR=: the binary, libspecula.a and
 #                   libspecula.so, include/specula.h and specula.pc
@@ -110,6 +111,7 @@ $(O)/bench_train: bench/bench_train.c $(O)/libspecula.a
 # The suite: models fetched (idempotent), release build + model tests,
 # sanitizer build + unit tests, fuzzer; ends with "N passed, N failed".
 test:
+	scripts/setup-tests.sh
 	scripts/fetch-models.sh
 	$(MAKE) -j2 BUILD=release all tests
 	$(MAKE) -j2 BUILD=asan all tests

