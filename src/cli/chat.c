@@ -138,7 +138,10 @@ static int turn(chat *c, const char *message, sp_err *err) {
         drop_msgs(c, c->n_msgs - 1); /* (the message stays out of the conversation) */
         return -1;
     }
-    /* the longest prefix the cache holds; at least one token is prefilled */
+    /* the longest prefix the slot holds; at least one token is prefilled.
+     * A drafter that reads hidden states cannot start after rows it has
+     * not seen: it goes through the engine's prefix cache instead, which
+     * keeps its state beside the rows and resumes it */
     int keep = 0;
     const bool taps = c->drafter && (c->drafter->needs & SP_CAP_HIDDEN_TAPS);
     while (!taps && keep < c->cached.n && keep < toks.n - 1 && c->cached.ids[keep] == toks.ids[keep]) keep++;
@@ -152,6 +155,7 @@ static int turn(chat *c, const char *message, sp_err *err) {
     p.prompt = toks.ids;             /* the drafter sees the whole conversation */
     p.n_prompt = toks.n;
     p.keep_cached = keep;
+    p.use_cache = taps;
     p.max_tokens = c->n_predict;
     p.sampling = c->sp;
     p.drafter = c->drafter;
@@ -191,7 +195,7 @@ static int turn(chat *c, const char *message, sp_err *err) {
     sp_stats_format(&st, c->spec, line, sizeof line);
     fprintf(stderr, "[%lld tokens, %.1f tok/s, %s | prompt %d tokens: %d new, %d cached | %s]\n",
             (long long)st.emitted, sp_stats_decode_tps(&st), g_interrupt ? "stopped" : sp_finish_name(fin),
-            toks.n, toks.n - keep, keep, c->drafter ? line : "no speculation");
+            toks.n, toks.n - (int)st.n_cached, (int)st.n_cached, c->drafter ? line : "no speculation");
     sp_tokens_free(&toks);
     return rc;
 }
@@ -286,6 +290,7 @@ int sp_cmd_chat(int argc, char **argv) {
     sp_err err;
     if (strcmp(spec, "none") && sp_drafter_check_name(spec, &err)) return sp_usage_error("chat", "--spec: %s", err.msg);
     if (!seed_set) c.sp.seed = sp_hash64(sp_now_ns() ^ (uint64_t)getpid());
+    eo.cache_mib = 256;              /* the prefix cache, for drafters that read hidden states */
     if (sp_engine_open(&eo, &c.e, &err)) {
         fprintf(stderr, "specula chat: %s\n", err.msg);
         return SP_EXIT_FAIL;

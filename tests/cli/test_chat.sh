@@ -64,4 +64,13 @@ sys.stdout.write(out.decode("utf-8", "replace")[-2000:])
 PY
 check "Ctrl-C stops the answer, the next message gets an answer, /quit exits 0" \
     bash -c "head -1 $tmp/pty | grep -q '^stopped exit 0$'" || sed -n '1,40p' "$tmp/pty" | sed 's/^/# /'
+# eagle reads hidden states: its turns go through the prefix cache, which
+# keeps the head's state beside the rows, so turn 2 prefills only the new message
+printf 'Name three fruits.\nNow three vegetables.\n/quit\n' |
+    timeout 300 "$BIN" chat -m smollm2-135m --temp 0 -n 24 --spec eagle > /dev/null 2> "$tmp/eerr"
+mapfile -t est < <(grep -E '^\[[0-9]+ tokens,' "$tmp/eerr")
+read -r ep1 en1 ec1 <<< "$(new_cached "${est[0]}")"
+read -r ep2 en2 ec2 <<< "$(new_cached "${est[1]}")"
+check "with eagle, turn 2 finds turn 1 in the prefix cache ($en2 new, $ec2 cached of $ep2)" \
+    bash -c "[ '$ec1' = 0 ] && [ $ec2 -ge $ep1 ] && [ $((en2 + ec2)) -eq $ep2 ] && grep -q 'spec eagle' <<< '${est[1]}'"
 echo "1..$n"
