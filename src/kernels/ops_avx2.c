@@ -444,6 +444,7 @@ void sp_avx2_attn_heads_q(float *out, const float *q, int n_q, const void *k, ui
     }
     for (int h = 0; h < n_q; h++) {
         sp_softmax(scores + (size_t)h * n, n);
+        sp_o_f16_round(scores + (size_t)h * n, scores + (size_t)h * n, n);   /* as the portable code */
         memset(out + (size_t)h * head_dim, 0, (size_t)head_dim * sizeof(float));
     }
     for (int j = 0; j < n; j++) {
@@ -463,7 +464,7 @@ void sp_avx2_attn_heads_q(float *out, const float *q, int n_q, const void *k, ui
             }
         }
         for (int h = 0; h < n_q; h++) {
-            const __m256 p = _mm256_set1_ps(sp_f16_to_f32(sp_f32_to_f16(scores[(size_t)h * n + j])));
+            const __m256 p = _mm256_set1_ps(scores[(size_t)h * n + j]);      /* rounded to F16 above */
             float *oh = out + (size_t)h * head_dim;
             for (int d = 0; d < head_dim; d += 8)
                 _mm256_storeu_ps(oh + d, _mm256_add_ps(_mm256_loadu_ps(oh + d),
