@@ -39,6 +39,7 @@ static const char chat_help[] =
     "      --top-k K, --top-p P, --min-p P   (defaults 40, 0.95, 0.05)\n"
     "      --seed S            sampling seed (default: random, printed)\n"
     "      --spec METHOD       speculative decoding (default suffix; none to turn it off)\n"
+    "      --chat-template NAME  a built-in template (chatml, gemma) instead of the model's\n"
     SP_SPEC_OPTS_HELP
     "  -h, --help              this help\n";
 
@@ -60,6 +61,7 @@ typedef struct chat {
     sp_tokens cached;                /* what the context's cache holds, token by token */
     sp_drafter *drafter;
     char spec[64];
+    sp_chat_format fmt;              /* the model's template, or --chat-template's */
     /* the answer being written */
     sp_tokens answer;
     sp_detok detok;
@@ -129,7 +131,7 @@ static int turn(chat *c, const char *message, sp_err *err) {
     for (int i = 0; i < c->n_msgs; i++) m[i] = (sp_chat_msg){ c->msgs[i].role, c->msgs[i].content };
     char defsys[1024];
     sp_tokens toks = { 0 };
-    const sp_chat_format fmt = sp_chat_detect(c->e.model->gguf);
+    const sp_chat_format fmt = c->fmt;
     int rc = sp_chat_tokenize(c->e.tok, fmt, m, c->n_msgs, true,
                               sp_chat_default_system(c->e.model->gguf, defsys, sizeof defsys),
                               sp_tokenizer_add_bos(c->e.tok), &toks, err);
@@ -265,7 +267,7 @@ int sp_cmd_chat(int argc, char **argv) {
     c.sp = sp_sampler_defaults();
     c.sp.temperature = 0.8f; c.sp.top_k = 40; c.sp.top_p = 0.95f; c.sp.min_p = 0.05f;
     sp_spec_cli_init(&c.so);
-    const char *system = NULL, *spec = "suffix";
+    const char *system = NULL, *spec = "suffix", *tmpl = NULL;
     bool seed_set = false;
     const sp_flag flags[] = {
         { "--system", SP_FLAG_STR, &system, 0, 0 },
@@ -275,6 +277,7 @@ int sp_cmd_chat(int argc, char **argv) {
         { "--top-p", SP_FLAG_FLOAT, &c.sp.top_p, 1e-6, 1 },
         { "--min-p", SP_FLAG_FLOAT, &c.sp.min_p, 0, 1 },
         { "--spec", SP_FLAG_STR, &spec, 0, 0 },
+        { "--chat-template", SP_FLAG_STR, &tmpl, 0, 0 },
     };
     sp_args a = { "chat", argc, argv, 1 };
     for (; a.i < argc; a.i++) {
@@ -296,8 +299,14 @@ int sp_cmd_chat(int argc, char **argv) {
         return SP_EXIT_FAIL;
     }
     int rc = SP_EXIT_FAIL;
-    if (sp_chat_detect(c.e.model->gguf) == SP_CHAT_NONE) {
-        fprintf(stderr, "specula chat: %s has no known chat template\n", c.e.model->name);
+    c.fmt = sp_chat_detect(c.e.model->gguf);
+    if (tmpl && sp_chat_format_parse(tmpl, &c.fmt)) {
+        fprintf(stderr, "specula chat: --chat-template %s: built in are chatml and gemma\n", tmpl);
+        goto out;
+    }
+    if (c.fmt == SP_CHAT_NONE) {
+        fprintf(stderr, "specula chat: the chat template of %s is not one specula can render (built in: chatml, "
+                "gemma): use --chat-template NAME\n", c.e.model->name);
         goto out;
     }
     if (set_spec(&c, spec, &err)) {

@@ -39,6 +39,8 @@ static const char run_help[] =
     "      --grammar-file PATH the grammar from a file\n"
     "  -j, --json-schema JSON  constrain the output to JSON matching a JSON schema\n"
     "      --json-schema-file PATH  the schema from a file\n"
+    "      --chat-template NAME  with --chat: a built-in template (chatml, gemma) instead of the\n"
+    "                          model's\n"
     "      --spec METHOD       speculative decoding: none (default), ngram, suffix, draft,\n"
     "                          self, eagle, or a combination tried in order (e.g. suffix,eagle);\n"
     "                          under a grammar, the tokens it forces are drafted too, and\n"
@@ -127,7 +129,7 @@ int sp_cmd_run(int argc, char **argv) {
     sp_engine_opts eo = { 0 };
     sp_sampler_params sp = sp_sampler_defaults();
     sp.temperature = 0.8f; sp.top_k = 40; sp.top_p = 0.95f; sp.min_p = 0.05f;
-    const char *prompt = NULL, *file = NULL, *system = NULL, *prompt_cache = NULL;
+    const char *prompt = NULL, *file = NULL, *system = NULL, *prompt_cache = NULL, *tmpl = NULL;
     bool chat = false, quiet = false, seed_set = false, no_forced = false, cache_ro = false;
     run_grammar gc = { 0 };
     sp_grammar *grammar = NULL;
@@ -160,6 +162,7 @@ int sp_cmd_run(int argc, char **argv) {
         { "--no-forced-spans", SP_FLAG_SET, &no_forced, 0, 0 },
         { "--prompt-cache", SP_FLAG_STR, &prompt_cache, 0, 0 },
         { "--prompt-cache-ro", SP_FLAG_SET, &cache_ro, 0, 0 },
+        { "--chat-template", SP_FLAG_STR, &tmpl, 0, 0 },
     };
     sp_args a = { "run", argc, argv, 1 };
     for (; a.i < argc; a.i++) {
@@ -182,6 +185,7 @@ int sp_cmd_run(int argc, char **argv) {
     if (!prompt && !file) return sp_usage_error("run", "no prompt: use -p TEXT or -f FILE");
     if (prompt && file) return sp_usage_error("run", "use either -p or -f, not both");
     if (system && !chat) return sp_usage_error("run", "--system needs --chat");
+    if (tmpl && !chat) return sp_usage_error("run", "--chat-template needs --chat");
     if (cache_ro && !prompt_cache) return sp_usage_error("run", "--prompt-cache-ro needs --prompt-cache FILE");
     if (prompt_cache && !*prompt_cache) return sp_usage_error("run", "--prompt-cache needs a file name");
     if (prompt_cache) eo.cache_mib = -1;      /* everything this run computes goes to the file */
@@ -220,7 +224,15 @@ int sp_cmd_run(int argc, char **argv) {
     const char *text = prompt;
     if (chat) {
         sp_chat_format f = sp_chat_detect(e.model->gguf);
-        if (f == SP_CHAT_NONE) { sp_err_set(&err, "--chat: the model has no known chat template"); goto fail_engine; }
+        if (tmpl && sp_chat_format_parse(tmpl, &f)) {
+            sp_err_set(&err, "--chat-template %s: built in are chatml and gemma", tmpl);
+            goto fail_engine;
+        }
+        if (f == SP_CHAT_NONE) {
+            sp_err_set(&err, "--chat: the model's chat template is not one specula can render (built in: chatml, "
+                       "gemma): use --chat-template NAME");
+            goto fail_engine;
+        }
         char defsys[1024];
         sp_chat_msg msgs[2];
         int nm = 0;

@@ -53,6 +53,8 @@ static const char serve_help[] =
     "                          0.05, 1; a request without a seed gets a fresh one unless --seed)\n"
     "      --cors-origin ORIGIN  answer browsers from ORIGIN (\"*\" = any): CORS headers and\n"
     "                          OPTIONS preflights (default: no CORS)\n"
+    "      --chat-template NAME  render chat requests with a built-in template (chatml, gemma)\n"
+    "                          instead of the model's\n"
     "      --parse-special     read special-token text (\"<|im_start|>\") in completion prompts\n"
     "                          and message contents as special tokens; by default it is plain\n"
     "                          text, so a message cannot forge a turn (token-id prompts and the\n"
@@ -90,6 +92,7 @@ static int serve_opt(sp_args *a, serve_args *s) {
     if (sp_arg_is(a, "--cache-ram")) return sp_arg_int(a, -1, 1 << 22, &s->eo.cache_mib) ? 1 : -1;
     if (sp_arg_is(a, "--cache-dir")) return sp_arg_str(a, &s->cache_dir) ? 1 : -1;
     if (sp_arg_is(a, "--cors-origin")) return sp_arg_str(a, &o->cors_origin) ? 1 : -1;
+    if (sp_arg_is(a, "--chat-template")) return sp_arg_str(a, &o->chat_template) ? 1 : -1;
     if (sp_arg_is(a, "--temp|--temperature")) return sp_arg_float(a, 0, 100, &s->temp) ? 1 : -1;
     if (sp_arg_is(a, "--top-k")) return sp_arg_int(a, 0, 1 << 24, &s->top_k) ? 1 : -1;
     if (sp_arg_is(a, "--top-p")) return sp_arg_float(a, 1e-6, 1, &s->top_p) ? 1 : -1;
@@ -187,6 +190,9 @@ static int parse_serve_args(int argc, char **argv, serve_args *s) {
     if (s->alias && !*s->alias) return sp_usage_error("serve", "--alias must not be empty");
     if (s->cache_dir && !s->eo.cache_mib) return sp_usage_error("serve", "--cache-dir needs a prefix cache (--cache-ram)");
     if (s->so.cors_origin && !*s->so.cors_origin) return sp_usage_error("serve", "--cors-origin must not be empty");
+    sp_chat_format cf;
+    if (s->so.chat_template && sp_chat_format_parse(s->so.chat_template, &cf))
+        return sp_usage_error("serve", "--chat-template %s: built in are chatml and gemma", s->so.chat_template);
     sp_err err;
     if (strcmp(s->so.spec_default, "none") && sp_drafter_check_name(s->so.spec_default, &err))
         return sp_usage_error("serve", "--spec: %s", err.msg);

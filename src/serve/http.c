@@ -244,8 +244,9 @@ static int prompt_tokens(sp_server *s, const sp_req *q, sp_tokens *out, sp_api_e
     sp_err err;
     int rc;
     if (q->kind == SP_API_CHAT && s->chat == SP_CHAT_NONE)
-        return sp_api_fail(e, 400, "invalid_request_error", NULL, "messages",
-                           "The model has no chat template; use /v1/completions.");
+        return sp_api_fail(e, 400, "invalid_request_error", "no_chat_template", "messages",
+                           "The model's chat template is not one this server can render (built in: chatml, "
+                           "gemma); start it with --chat-template NAME, or use /v1/completions.");
     /* with tools, the system message carries them (tools.c) */
     const sp_chat_msg *msgs = q->msgs;
     int n_msgs = q->n_msgs;
@@ -968,6 +969,15 @@ sp_server *sp_server_start(sp_ctx *ctx, const sp_server_opts *o, sp_err *err) {
     s->n_ctx = sp_ctx_n_ctx(ctx);
     s->created = (long long)time(NULL);
     s->chat = sp_chat_detect(m->gguf);
+    if (o->chat_template && sp_chat_format_parse(o->chat_template, &s->chat)) {
+        free(s);
+        sp_err_set(err, "serve: unknown chat template '%s' (built in: chatml, gemma)", o->chat_template);
+        return NULL;
+    }
+    if (s->chat == SP_CHAT_NONE)
+        sp_info("specula serve: warning: the model's chat template is not one specula can render (built in: "
+                "chatml, gemma); /v1/chat/completions will answer 400: use --chat-template NAME, or "
+                "/v1/completions\n");
     s->defsys = sp_chat_default_system(m->gguf, s->defsys_buf, sizeof s->defsys_buf);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);

@@ -38,6 +38,13 @@ sp_chat_format sp_chat_detect(const sp_gguf *g) {
     return SP_CHAT_NONE;
 }
 
+int sp_chat_format_parse(const char *name, sp_chat_format *out) {
+    if (!strcmp(name, "chatml")) *out = SP_CHAT_CHATML;
+    else if (!strcmp(name, "gemma")) *out = SP_CHAT_GEMMA;
+    else return -1;
+    return 0;
+}
+
 const char *sp_chat_format_name(sp_chat_format f) {
     switch (f) {
     case SP_CHAT_NONE: return "none";

@@ -146,6 +146,8 @@ typedef struct sp_chat_msg {
  * architectures gemma, gemma2 and gemma3 are GEMMA, the rest NONE. */
 sp_chat_format sp_chat_detect(const sp_gguf *g);
 const char *sp_chat_format_name(sp_chat_format f);   /* "none", "chatml", "gemma" */
+/* A built-in template by name ("chatml", "gemma"); -1 for another. */
+int sp_chat_format_parse(const char *name, sp_chat_format *out);
 /* Renders messages (and, if add_generation_prompt, the opening of the
  * assistant turn) into a newly malloc'd string owned by the caller (*out is
  * NULL on error).  BOS is not part of the text.  Roles other than system,

@@ -9,15 +9,20 @@ Run from the repository root:  .venv/bin/python tests/serve/test_endpoints.py
 """
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from taplib import check, plan, tap  # noqa: E402
-from test_serve import BIN, KEY, Server, request  # noqa: E402
+from test_serve import BIN, KEY, ROOT, Server, request  # noqa: E402
 
 AUTH = {"Authorization": "Bearer " + KEY}
 MSGS = [{"role": "user", "content": "Write one sentence about the sea."}]
+# with a system message of its own (else SmolLM2's template adds its default one)
+SYS_MSGS = [{"role": "system", "content": "You are terse."}] + MSGS
 
 
 def post(srv, path, body):
@@ -34,6 +39,48 @@ def props(srv):
     st, _, body = request(srv, "GET", "/props", None, AUTH)
     assert st == 200, (st, body)
     return json.loads(body)
+
+
+def template_checks(reference):
+    """A model whose chat template specula cannot render: a warning at
+    start, chat requests refused with a 400 that says why; --chat-template
+    chatml renders them as the original SmolLM2 file does."""
+    src = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specula", "models",
+                       "SmolLM2-135M-Instruct.Q4_1.gguf")
+    tmp = tempfile.mkdtemp(prefix="specula-tmpl-")
+    path = os.path.join(tmp, "smol-other-template.gguf")
+    try:
+        r = subprocess.run([os.path.join(ROOT, ".venv", "bin", "gguf-new-metadata"), src, path, "--force",
+                            "--chat-template", "{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}"],
+                           capture_output=True, text=True)
+        if r.returncode:
+            tap(False, "gguf-new-metadata wrote a copy with another chat template", r.stderr[-500:])
+            return
+        srv = Server("--api-key", KEY, "-m", path)
+        try:
+            def refused():
+                st, _, body = post(srv, "/v1/chat/completions", {"messages": MSGS, "max_tokens": 4})
+                err = json.loads(body)["error"]
+                ok = post(srv, "/v1/completions", {"prompt": "Once upon", "max_tokens": 4})[0] == 200
+                return (st == 400 and err["code"] == "no_chat_template" and "--chat-template" in err["message"]
+                        and ok and "warning: the model's chat template" in srv.text())
+            check("an unknown chat template: a warning at start, chat requests a 400 saying why, completions work",
+                  refused)
+            srv.stop()
+        finally:
+            srv.stop(signal.SIGKILL)
+        srv = Server("--api-key", KEY, "-m", path, "--chat-template", "chatml")
+        try:
+            check("--chat-template chatml renders chat requests as the original file's template does",
+                  lambda: chat(srv, temperature=0, messages=SYS_MSGS) == reference)
+            srv.stop()
+            srv.check_sanitizer()
+        finally:
+            srv.stop(signal.SIGKILL)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    r = subprocess.run([BIN, "serve", "--chat-template", "llama99"], capture_output=True, text=True)
+    tap(r.returncode == 2 and "chatml" in r.stderr, "--chat-template with an unknown name exits 2", r.stderr)
 
 
 def main():
@@ -115,12 +162,14 @@ def main():
             st2, h2, _ = request(plain, "GET", "/props", None, AUTH)
             return st == 405 and not any(k.lower().startswith("access-control") for k in list(h) + list(h2))
         check("without --cors-origin: OPTIONS is 405 and no CORS headers", no_cors)
+        reference = chat(plain, temperature=0, messages=SYS_MSGS)
         check("SIGTERM exits 0 (both)", lambda: plain.stop() == 0 and tuned.stop() == 0)
         plain.check_sanitizer()
         tuned.check_sanitizer()
     finally:
         plain.stop(signal.SIGKILL)
         tuned.stop(signal.SIGKILL)
+    template_checks(reference)
     return plan()
 
 
