@@ -200,12 +200,16 @@ int sp_adapt_choose(const sp_adapt *a) { return sp_adapt_choose_in(a, 0, 0.0); }
 int sp_adapt_choose_in(const sp_adapt *a, int rows, double tokens) {
     if (!a->cost || !a->cost->valid) return a->cap;
     const double c = a->draft_n > 0 ? a->draft_s / a->draft_n : 0.0;
+    /* with other rows in the pass, a proposal's catch-up holds them all up:
+     * it counts against drafting (alone, waiting pairs are caught up in one
+     * batch later at a fraction of the cost, so it does not) */
+    const double catchup = rows > 0 && a->absorb_n > 0 ? a->absorb_s / a->absorb_n : 0.0;
     if (rows < 0) rows = 0;
     if (tokens < 0) tokens = 0;
     int best = 0;
     double best_rate = (tokens + 1.0) / cost_at(a->cost, rows + 1);
     for (int n = 1; n <= a->cap; n++) {
-        double rate = (tokens + sp_adapt_expected(a, n)) / (cost_at(a->cost, rows + n + 1) + n * c);
+        double rate = (tokens + sp_adapt_expected(a, n)) / (cost_at(a->cost, rows + n + 1) + n * c + catchup);
         if (rate > best_rate * 1.0001) { best = n; best_rate = rate; }
     }
     return best;
@@ -220,6 +224,12 @@ void sp_adapt_observe(sp_adapt *a, int n, int k) {
         a->tried[j] += 1.0;
         if (j < k) a->hit[j] += 1.0;
     }
+}
+
+void sp_adapt_absorb_cost(sp_adapt *a, double seconds) {
+    if (seconds < 0) return;
+    a->absorb_s = a->absorb_s * SP_ADAPT_DECAY + seconds;
+    a->absorb_n = a->absorb_n * SP_ADAPT_DECAY + 1.0;
 }
 
 void sp_adapt_draft_cost(sp_adapt *a, int n, double seconds) {

@@ -542,7 +542,10 @@ static int propose(sp_seq *q, int budget, sp_proposal *prop, sp_err *err) {
     const uint64_t dt = sp_now_ns() - t0;
     q->st.draft_ns += dt;
     const uint64_t drafting = dt > prop->absorb_ns ? dt - prop->absorb_ns : 0;
-    if (!shadow && ask > 0) sp_adapt_draft_cost(&q->adapt, ask, sp_ns_to_s(drafting));
+    if (!shadow && ask > 0) {
+        sp_adapt_draft_cost(&q->adapt, ask, sp_ns_to_s(drafting));
+        sp_adapt_absorb_cost(&q->adapt, sp_ns_to_s(prop->absorb_ns));
+    }
     return prop->n;
 }
 

@@ -399,6 +399,7 @@ int sp_cost_get(const sp_model *m, sp_workspace *ws, int threads, const char *ca
 typedef struct sp_adapt {
     double tried[SP_MAX_DRAFT], hit[SP_MAX_DRAFT];   /* decayed counts per position */
     double draft_s, draft_n;         /* decayed seconds spent drafting, tokens asked for */
+    double absorb_s, absorb_n;       /* decayed seconds a proposal spent catching up, proposals */
     const sp_cost_curve *cost;       /* borrowed */
     int cap;                         /* upper bound on the draft length */
 } sp_adapt;
@@ -409,6 +410,10 @@ int sp_adapt_choose(const sp_adapt *a);
  * expected to emit `tokens` tokens (continuous batching): the length that
  * maximises the whole pass's tokens per second. */
 int sp_adapt_choose_in(const sp_adapt *a, int rows, double tokens);
+/* A proposal's catch-up time (sp_proposal.absorb_ns): alone a drafter pays
+ * it whether it drafts now or later, but in a pass with other sequences it
+ * delays every row at once, so there it is charged to drafting. */
+void sp_adapt_absorb_cost(sp_adapt *a, double seconds);
 /* Records a verified (or shadow) proposal: n drafted, k accepted. */
 void sp_adapt_observe(sp_adapt *a, int n, int k);
 /* Records that asking the drafter for n tokens took `seconds` (a draft

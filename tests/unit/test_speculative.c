@@ -367,6 +367,19 @@ static void test_adapt_in_pass(void **st) {
     assert_true(sp_adapt_choose_in(&a, 24, 24.0) >= 8);
     /* negative inputs are clamped (never a better rate from nothing) */
     assert_int_equal(sp_adapt_choose_in(&a, -5, -3.0), sp_adapt_choose(&a));
+    /* a drafter whose proposals spend long catching up (a head taking in
+     * verified rows): alone that time is paid anyway and it drafts; with
+     * other rows in the pass it would hold them all up, and it does not */
+    sp_adapt b;
+    sp_adapt_init(&b, &mid, 10);
+    for (int i = 0; i < 300; i++) sp_adapt_observe(&b, 2, i % 10 < 6 ? 1 : 0);   /* 60 % at position 0 */
+    const int lone = sp_adapt_choose(&b), shared = sp_adapt_choose_in(&b, 3, 3.0);
+    assert_true(lone >= 1 && shared >= 1);
+    for (int i = 0; i < 300; i++) sp_adapt_absorb_cost(&b, 1.5);   /* 1.5 passes per proposal */
+    assert_int_equal(sp_adapt_choose(&b), lone);
+    assert_int_equal(sp_adapt_choose_in(&b, 3, 3.0), 0);
+    sp_adapt_absorb_cost(&b, -1.0);                                 /* ignored */
+    assert_int_equal(sp_adapt_choose_in(&b, 3, 3.0), 0);
 }
 
 static void test_stats(void **st) {
