@@ -257,16 +257,19 @@ def browser_tests(port, client):
             b.wait("document.body.dataset.state === 'done'")
             a = b.js(ANSWERS_JS)
             assert len(a) == 1 and not a[0]["error"], a
-            want, usage = api_answer(client, [{"role": "user", "content": p1}], "ngram", 48)
+            want, _ = api_answer(client, [{"role": "user", "content": p1}], "ngram", 48)
             assert a[0]["text"] == want, (a[0]["text"], want)
+            # the figures shown are those of the page's own answer (its usage chunk): another
+            # request may draft differently (the adaptive length reads the clock), never emit differently
+            usage = b.js("window.specula.lastUsage")
             assert "".join(t for _, t in a[0]["spans"]) == want
             drafted = [t for c, t in a[0]["spans"] if c == "d"]
             assert drafted, ("no text tinted as drafted", a[0]["spans"])
             assert {c for c, _ in a[0]["spans"]} <= {"d", "t"}, a[0]["spans"]
             st = a[0]["stats"]
-            assert number(st["tokens"]) == usage.completion_tokens, (st, usage)
+            assert number(st["tokens"]) == usage["completion_tokens"], (st, usage)
             assert number(st["tps"]) > 0, st
-            spec = usage.model_extra["speculation"]
+            spec = usage["speculation"]
             # "56.3% (9/16)": the counts must match exactly; the percentage is JavaScript's
             # toFixed(1), which rounds halves up where Python's format rounds them to even
             pct, counts = st["acceptance"].split("% ")
@@ -277,6 +280,45 @@ def browser_tests(port, client):
             return True
         check("key entered: the autorun prompt streams; text equals the API's answer, drafted text tinted, "
               "tok/s, acceptance and mean acceptance length shown and equal to usage", first_answer)
+
+        def rendered():
+            box = "document.querySelector('.msg.assistant')"
+            ok = b.js(f"{box}.classList.contains('rendered') && !!{box}.querySelector('.md') && "
+                      f"getComputedStyle({box}.querySelector('.content')).display === 'none' && "
+                      f"{box}.querySelector('.md').textContent.trim().length > 0")
+            b.js(f"{box}.querySelector('button.view').click()")
+            raw = b.js(f"getComputedStyle({box}.querySelector('.content')).display !== 'none' && "
+                       f"getComputedStyle({box}.querySelector('.md')).display === 'none'")
+            b.js(f"{box}.querySelector('button.view').click()")
+            return ok and raw
+        check("a finished answer shows as markdown; its header button switches to the raw tinted text and back",
+              rendered)
+
+        def markdown_safe():
+            src = ("# Title\n\nSome **bold**, *em* and `code <b>`.\n\n- one\n- two\n\n1. first\n2. second\n\n"
+                   "| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nprint('<x>')\n```\n\n"
+                   "[site](https://example.org) [bad](javascript:alert(1))\n\n"
+                   "<img src=x onerror=alert(1)><script>alert(2)</script> & \" ' > quote\n> cited")
+            r = b.js("(() => { const d = document.createElement('div'); d.innerHTML = window.specula.markdown("
+                     + json.dumps(src) + "); return {"
+                     "img: d.querySelectorAll('img, script, iframe, [onerror]').length,"
+                     "js: d.querySelectorAll('a[href^=\"javascript\"]').length,"
+                     "links: Array.from(d.querySelectorAll('a')).map(a => [a.getAttribute('href'), a.rel]),"
+                     "h: d.querySelectorAll('h2').length, li: d.querySelectorAll('ul > li').length,"
+                     "ol: d.querySelectorAll('ol > li').length, td: d.querySelectorAll('table td').length,"
+                     "code: (d.querySelector('pre code') || {}).textContent, copy: d.querySelectorAll('pre button.copy').length,"
+                     "strong: d.querySelectorAll('strong').length, em: d.querySelectorAll('em').length,"
+                     "inl: Array.from(d.querySelectorAll('p code')).map(c => c.textContent),"
+                     "bq: d.querySelectorAll('blockquote').length, text: d.textContent}; })()")
+            assert r["img"] == 0 and r["js"] == 0, r
+            assert r["links"] == [["https://example.org", "noopener noreferrer"]], r
+            assert r["h"] == 1 and r["li"] == 2 and r["ol"] == 2 and r["td"] == 2 and r["copy"] == 1, r
+            assert r["code"] == "print('<x>')" and r["inl"] == ["code <b>"], r
+            assert r["strong"] == 1 and r["em"] == 1 and r["bq"] == 1, r
+            assert "<img src=x onerror=alert(1)><script>alert(2)</script>" in r["text"], r["text"]
+            return True
+        check("markdown: headings, lists, tables, fenced code with a copy button, links; model HTML and "
+              "javascript: links stay text", markdown_safe)
 
         shot = os.path.join(ART, "page.png")
 
@@ -313,6 +355,46 @@ def browser_tests(port, client):
             assert a["stats"]["method"] == "none" and a["stats"]["acceptance"] == "\u2014", a["stats"]
             return True
         check("method selector 'none': answer without drafted text, acceptance shown as none", method_none)
+
+        def stopped():
+            b.js("document.getElementById('max_tokens').value = '400'")
+            b.type_text("#prompt", "Write a long story about a lighthouse.")
+            b.wait("document.querySelectorAll('.msg.assistant').length === 4 && "
+                   "!!document.querySelectorAll('.msg.assistant')[3].querySelector('.content span')")
+            b.js("document.getElementById('stop').click()")
+            b.wait("document.body.dataset.state === 'done'")
+            last = "document.querySelectorAll('.msg.assistant')[3]"
+            return b.js(f"{last}.dataset.stopped === '1' && !!{last}.querySelector('.badge.stopped') && "
+                        f"!!{last}.querySelector('[data-stat=stopped]')")
+        check("Stop cuts the answer and marks it stopped", stopped)
+
+        def settings_kept():
+            b.js("(() => { for (const [k, v] of [['temperature', '0.3'], ['max_tokens', '33'], "
+                 "['system', 'Be brief.']]) { const e = document.getElementById(k); e.value = v; "
+                 "e.dispatchEvent(new Event('change')); } })()")
+            b.call("Page.navigate", url=base)              # without the query's settings
+            time.sleep(0.5)
+            b.wait("document.readyState === 'complete' && document.body.dataset.state === 'key'", 60)
+            vals = b.js("['temperature', 'max_tokens', 'system'].map(k => document.getElementById(k).value)")
+            assert vals == ["0.3", "33", "Be brief."], vals
+            b.type_text("#key", KEY)
+            b.wait("document.body.dataset.state === 'idle'", 60)
+            b.type_text("#prompt", "Hi.")
+            b.wait("document.body.dataset.state === 'done'")
+            req = b.js("window.specula.lastRequest")
+            return (req["messages"][0] == {"role": "system", "content": "Be brief."} and req["max_tokens"] == 33
+                    and abs(req["temperature"] - 0.3) < 1e-9)
+        check("settings and the system prompt are kept across a reload and sent with the next message",
+              settings_kept)
+
+        def phone():
+            b.call("Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=2, mobile=True)
+            time.sleep(0.3)
+            data = b.screenshot(os.path.join(ART, "page-phone.png"))
+            wide = b.js("document.documentElement.scrollWidth <= 390")
+            b.call("Emulation.clearDeviceMetricsOverride")
+            return data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000 and wide
+        check("390-px phone viewport: nothing wider than the screen; screenshot page-phone.png", phone)
 
         def new_chat():
             b.js("document.getElementById('clear').click()")
