@@ -356,6 +356,16 @@ def browser_tests(port, client):
             return True
         check("method selector 'none': answer without drafted text, acceptance shown as none", method_none)
 
+        def regenerate():
+            before = b.js(ANSWERS_JS)
+            n_hist = b.js("window.specula.history.length")
+            b.js("document.querySelector('.msg.assistant:last-of-type button[data-act=regenerate]').click()")
+            b.wait("document.body.dataset.state === 'done' && window.specula.history.length === " + str(n_hist))
+            after = b.js(ANSWERS_JS)
+            return len(after) == len(before) and after[-1]["text"] == before[-1]["text"] and \
+                b.js("document.querySelectorAll('button[data-act=regenerate]').length") == 1
+        check("regenerate on the last answer asks again (T=0: the same answer, in its place)", regenerate)
+
         def stopped():
             b.js("document.getElementById('max_tokens').value = '400'")
             b.type_text("#prompt", "Write a long story about a lighthouse.")
@@ -368,6 +378,15 @@ def browser_tests(port, client):
                         f"!!{last}.querySelector('[data-stat=stopped]')")
         check("Stop cuts the answer and marks it stopped", stopped)
 
+        def edit():
+            n_hist = b.js("window.specula.history.length")
+            n_msg = b.js("document.querySelectorAll('.msg').length")
+            b.js("Array.from(document.querySelectorAll('.msg.user')).pop().querySelector('button[data-act=edit]').click()")
+            return (b.js("document.getElementById('prompt').value") == "Write a long story about a lighthouse."
+                    and b.js("window.specula.history.length") == n_hist - 2
+                    and b.js("document.querySelectorAll('.msg').length") == n_msg - 2)
+        check("edit on the last question puts it back in the box and takes it and its answer out", edit)
+
         def settings_kept():
             b.js("(() => { for (const [k, v] of [['temperature', '0.3'], ['max_tokens', '33'], "
                  "['system', 'Be brief.']]) { const e = document.getElementById(k); e.value = v; "
@@ -377,6 +396,14 @@ def browser_tests(port, client):
             b.wait("document.readyState === 'complete' && document.body.dataset.state === 'key'", 60)
             vals = b.js("['temperature', 'max_tokens', 'system'].map(k => document.getElementById(k).value)")
             assert vals == ["0.3", "33", "Be brief."], vals
+            # the conversation is kept too: pick it from the list and it is back
+            stored = b.js("JSON.parse(localStorage.getItem('specula.conversations'))")
+            assert stored and len(stored[0]["history"]) >= 6, stored
+            b.js("(() => { const s = document.getElementById('convs'); s.value = " + json.dumps(stored[0]["id"]) +
+                 "; s.dispatchEvent(new Event('change')); })()")
+            assert b.js("document.querySelectorAll('.msg').length") == len(stored[0]["history"])
+            assert b.js("window.specula.history.length") == len(stored[0]["history"])
+            b.js("document.getElementById('clear').click()")
             b.type_text("#key", KEY)
             b.wait("document.body.dataset.state === 'idle'", 60)
             b.type_text("#prompt", "Hi.")
@@ -384,7 +411,7 @@ def browser_tests(port, client):
             req = b.js("window.specula.lastRequest")
             return (req["messages"][0] == {"role": "system", "content": "Be brief."} and req["max_tokens"] == 33
                     and abs(req["temperature"] - 0.3) < 1e-9)
-        check("settings and the system prompt are kept across a reload and sent with the next message",
+        check("settings, the system prompt and the conversations are kept across a reload; the prompt is sent",
               settings_kept)
 
         def phone():
