@@ -9,18 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-PKGS=(libcmocka-dev clang libclang-rt-14-dev python3-venv gcc-aarch64-linux-gnu libc6-dev-arm64-cross chromium)
-missing=()
-for p in "${PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    echo "setup-tests: installing ${missing[*]}" >&2
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+scripts/apt-install.sh setup-tests libcmocka-dev clang libclang-rt-14-dev python3-venv gcc-aarch64-linux-gnu \
+    libc6-dev-arm64-cross chromium
 # Debian 12 refuses system-wide pip installs: the tests use .venv/bin/python.
 if ! .venv/bin/python -c "import openai, websocket, jsonschema" 2>/dev/null; then
     echo "setup-tests: installing the openai, websocket-client and jsonschema packages into .venv" >&2
