@@ -41,7 +41,7 @@ LDFLAGS_ALL := $(OPT) $(LDFLAGS)
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/gguf/*.c src/kernels/*.c src/model/*.c \
               src/tokenizer/*.c src/sample/*.c src/speculative/*.c src/engine/*.c src/serve/*.c \
-              src/train/*.c src/grammar/*.c src/cache/*.c))
+              src/train/*.c src/grammar/*.c src/cache/*.c src/jinja/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 MODEL_SRC := $(sort $(wildcard tests/model/test_*.c))

@@ -9,6 +9,8 @@
 #                test_serve, test_serve_http and test_tools again against build/asan/specula
 #                (test_serve_asan, test_serve_http_asan: a sanitizer report fails
 #                them), and test_serve_fuzz, the request fuzzer (ASan server)
+#   template tests tests/template/test_*.py (`specula template` against Python's jinja2
+#                on public chat templates); again against build/asan/specula (_asan)
 #
 # Every test binary prints TAP (cmocka's TAP output); a binary that crashes or
 # exits non-zero without reporting a failure counts as one failed test.
@@ -74,6 +76,13 @@ done
 for t in tests/serve/test_serve.py tests/serve/test_serve_http.py tests/serve/test_tools.py tests/serve/test_prefix_cache.py \
          tests/serve/test_endpoints.py; do
     run_one "serve/$(basename "$t" .py)_asan" env SPECULA_BIN=build/asan/specula "$py" "$t"
+done
+# chat templates: `specula template` byte for byte against jinja2 (the venv's),
+# then once more with the ASan+UBSan binary
+for t in tests/template/test_*.py; do
+    [ -f "$t" ] || continue
+    run_one "template/$(basename "$t" .py)" "$py" "$t"
+    run_one "template/$(basename "$t" .py)_asan" env SPECULA_BIN=build/asan/specula "$py" "$t"
 done
 
 for f in "${failed_names[@]}"; do echo "FAILED $f" >&2; done

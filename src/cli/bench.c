@@ -104,9 +104,11 @@ static int load_prompts(const bench_opts *o, const sp_engine *e, prompt *ps, int
     char *line = NULL;
     size_t cap = 0;
     int n = 0, lineno = 0, rc = 0;
-    sp_chat_format fmt = sp_chat_detect(e->model->gguf);
-    char defsys[1024];
-    const char *sys = sp_chat_default_system(e->model->gguf, defsys, sizeof defsys);
+    sp_chat_tmpl *fmt = NULL;
+    if (sp_chat_tmpl_for_model(e->model->gguf, e->tok, NULL, NULL, NULL, &fmt, err)) {
+        fclose(f);
+        return -1;
+    }
     while (getline(&line, &cap, f) > 0) {
         lineno++;
         if (line[strspn(line, " \t\r\n")] == 0) continue;
@@ -141,7 +143,8 @@ static int load_prompts(const bench_opts *o, const sp_engine *e, prompt *ps, int
         char *text = NULL;
         if (raw) text = sp_xstrdup(raw);   /* text continuation: no chat template */
         else if (!ok) rc = sp_err_set(err, "%s:%d: every message needs string role and content", o->prompts_path, lineno);
-        else if (sp_chat_render(fmt, cm, (int)nm, true, sys, &text, err)) rc = sp_err_prefix(err, "%s:%d", o->prompts_path, lineno);
+        else if (!fmt) rc = sp_err_set(err, "%s:%d: the model has no chat template (use \"prompt\")", o->prompts_path, lineno);
+        else if (sp_chat_render(fmt, cm, (int)nm, true, &text, err)) rc = sp_err_prefix(err, "%s:%d", o->prompts_path, lineno);
         prompt *p = &ps[n];
         memset(p, 0, sizeof *p);
         if (!rc && sp_tokenize(e->tok, text, strlen(text), sp_tokenizer_add_bos(e->tok), !raw, &p->toks, err))
@@ -164,6 +167,7 @@ static int load_prompts(const bench_opts *o, const sp_engine *e, prompt *ps, int
     }
     free(line);
     fclose(f);
+    sp_chat_tmpl_free(fmt);
     *n_out = n;
     if (!rc && n == 0) rc = sp_err_set(err, "%s: no prompts selected", o->prompts_path);
     return rc;
@@ -236,12 +240,13 @@ static int run_once(const sp_engine *e, sp_drafter *drafter, bool forced, const 
  * measured prompts from it. */
 static int warmup_prompt(const sp_engine *e, sp_tokens *out, sp_err *err) {
     const sp_chat_msg msg = { "user", "Count from one to twenty in words, separated by commas." };
-    char defsys[1024], *text = NULL;
-    const char *sys = sp_chat_default_system(e->model->gguf, defsys, sizeof defsys);
-    const sp_chat_format fmt = sp_chat_detect(e->model->gguf);
-    if (sp_chat_render(fmt, &msg, 1, true, sys, &text, err)) return -1;
-    const int rc = sp_tokenize(e->tok, text, strlen(text), sp_tokenizer_add_bos(e->tok), true, out, err);
-    free(text);
+    sp_chat_tmpl *fmt = NULL;
+    if (sp_chat_tmpl_for_model(e->model->gguf, e->tok, NULL, NULL, NULL, &fmt, err)) return -1;
+    if (!fmt) {   /* a raw-prompt model warms up on the text itself */
+        return sp_tokenize(e->tok, msg.content, strlen(msg.content), sp_tokenizer_add_bos(e->tok), false, out, err);
+    }
+    const int rc = sp_chat_tokenize(fmt, e->tok, &msg, 1, true, sp_tokenizer_add_bos(e->tok), out, err);
+    sp_chat_tmpl_free(fmt);
     return rc;
 }
 

@@ -61,7 +61,7 @@ typedef struct chat {
     sp_tokens cached;                /* what the context's cache holds, token by token */
     sp_drafter *drafter;
     char spec[64];
-    sp_chat_format fmt;              /* the model's template, or --chat-template's */
+    sp_chat_tmpl *tmpl;              /* the model's template, or --chat-template's */
     /* the answer being written */
     sp_tokens answer;
     sp_detok detok;
@@ -129,12 +129,8 @@ static int turn(chat *c, const char *message, sp_err *err) {
     add_msg(c, "user", message);
     sp_chat_msg *m = sp_xmalloc((size_t)c->n_msgs * sizeof *m);
     for (int i = 0; i < c->n_msgs; i++) m[i] = (sp_chat_msg){ c->msgs[i].role, c->msgs[i].content };
-    char defsys[1024];
     sp_tokens toks = { 0 };
-    const sp_chat_format fmt = c->fmt;
-    int rc = sp_chat_tokenize(c->e.tok, fmt, m, c->n_msgs, true,
-                              sp_chat_default_system(c->e.model->gguf, defsys, sizeof defsys),
-                              sp_tokenizer_add_bos(c->e.tok), &toks, err);
+    int rc = sp_chat_tokenize(c->tmpl, c->e.tok, m, c->n_msgs, true, sp_tokenizer_add_bos(c->e.tok), &toks, err);
     free(m);
     if (rc) {
         drop_msgs(c, c->n_msgs - 1); /* (the message stays out of the conversation) */
@@ -299,14 +295,13 @@ int sp_cmd_chat(int argc, char **argv) {
         return SP_EXIT_FAIL;
     }
     int rc = SP_EXIT_FAIL;
-    c.fmt = sp_chat_detect(c.e.model->gguf);
-    if (tmpl && sp_chat_format_parse(tmpl, &c.fmt)) {
-        fprintf(stderr, "specula chat: --chat-template %s: built in are chatml and gemma\n", tmpl);
+    if (sp_cli_chat_template(c.e.model->gguf, c.e.tok, tmpl, &c.tmpl, &err)) {
+        fprintf(stderr, "specula chat: %s%s\n", err.msg, tmpl ? "" : " (use --chat-template NAME|FILE)");
         goto out;
     }
-    if (c.fmt == SP_CHAT_NONE) {
-        fprintf(stderr, "specula chat: the chat template of %s is not one specula can render (built in: chatml, "
-                "gemma): use --chat-template NAME\n", c.e.model->name);
+    if (!c.tmpl) {
+        fprintf(stderr, "specula chat: %s has no chat template: use --chat-template NAME|FILE (built in: %s)\n",
+                c.e.model->name, sp_chat_builtin_names());
         goto out;
     }
     if (set_spec(&c, spec, &err)) {
@@ -345,6 +340,7 @@ out:
     sp_tokens_free(&c.cached);
     sp_tokens_free(&c.answer);
     sp_drafter_free(c.drafter);
+    sp_chat_tmpl_free(c.tmpl);
     sp_engine_close(&c.e);
     return rc;
 }

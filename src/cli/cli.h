@@ -26,6 +26,7 @@ int sp_cmd_bench(int argc, char **argv);
 int sp_cmd_tune_self(int argc, char **argv);
 int sp_cmd_quantize(int argc, char **argv);
 int sp_cmd_train_draft(int argc, char **argv);
+int sp_cmd_template(int argc, char **argv);
 
 /* ------------------------------------------------------------------------
  * Option parsing helpers (args.c).  Each prints "specula CMD: ..." and
@@ -61,6 +62,13 @@ typedef struct sp_flag {
 /* Parses argv[i] if it is one of the table's flags: 1 consumed, 0 not
  * one, -1 bad value (message printed). */
 int sp_arg_table(sp_args *a, const sp_flag *flags, int n_flags);
+/* The whole of a text file (malloc'd, NUL-terminated); NULL + err when it
+ * cannot be read or holds a NUL byte.  what names it in the message. */
+char *sp_read_text_file(const char *path, const char *what, sp_err *err);
+/* The chat template of --chat-template ARG: a built-in name, else a file
+ * of Jinja source; the model's own (or none: *out NULL) when arg is NULL. */
+int sp_cli_chat_template(const sp_gguf *g, const sp_tokenizer *t, const char *arg, sp_chat_tmpl **out,
+                         sp_err *err);
 int sp_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------------------

@@ -77,10 +77,13 @@ int sp_cmd_info(int argc, char **argv) {
     printf("tokenizer:     %s, %d tokens, bos %d, eos %d, add_bos %s\n", sp_tokenizer_kind_name(tok),
            sp_tokenizer_n_vocab(tok), sp_tokenizer_bos(tok), sp_tokenizer_eos(tok),
            sp_tokenizer_add_bos(tok) ? "yes" : "no");
-    sp_str tmpl;
-    bool has_tmpl = sp_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL) > 0;
-    printf("chat template: %s (%s)\n", sp_chat_format_name(sp_chat_detect(g)),
-           has_tmpl ? "from tokenizer.chat_template" : "no template in file; chosen by architecture");
+    sp_chat_tmpl *ct = NULL;
+    if (sp_chat_tmpl_for_model(g, tok, NULL, NULL, NULL, &ct, &err))
+        printf("chat template: cannot be rendered: %s\n", err.msg);
+    else if (!ct) printf("chat template: none (raw prompts; --chat-template NAME|FILE gives one)\n");
+    else printf("chat template: %s\n", !strcmp(sp_chat_tmpl_name(ct), "gguf") ? "the file's tokenizer.chat_template"
+                                                                         : "built-in gemma (none in the file)");
+    sp_chat_tmpl_free(ct);
     sp_tokenizer_free(tok);
     sp_model_free(m);
     return 0;

@@ -22,6 +22,7 @@ static const char main_help[] =
     "  tune-self    find the layers self-speculation drafts with\n"
     "  quantize     write a GGUF copy with other weight types and/or fewer layers (draft models)\n"
     "  train-draft  train an EAGLE-3 draft head for a model (for --spec eagle)\n"
+    "  template     render a chat template (the model's, a built-in or a file) for given messages\n"
     "\n"
     "'specula COMMAND --help' shows a command's options.\n"
     "Models: smollm2-135m, gemma3-270m (fetch with scripts/fetch-models.sh) or a GGUF path.\n";
@@ -45,6 +46,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tune-self")) return sp_cmd_tune_self(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return sp_cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "train-draft")) return sp_cmd_train_draft(argc - 1, argv + 1);
+    if (!strcmp(cmd, "template")) return sp_cmd_template(argc - 1, argv + 1);
     fprintf(stderr, "specula: unknown command '%s'\n\n%s", cmd, main_help);
     return SP_EXIT_USAGE;
 }

@@ -84,22 +84,6 @@ static sp_emit_result on_token(void *ud, int32_t tok, bool drafted, const float 
     return SP_EMIT_CONTINUE;
 }
 
-static char *read_file(const char *path, const char *what, sp_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { sp_err_set(err, "cannot open %s file '%s'", what, path); return NULL; }
-    size_t cap = 0, n = 0, k;
-    char *b = NULL;
-    do {
-        SP_VEC_GROW(b, cap, n + 4096 + 1);   /* room to read into, and the NUL */
-        k = fread(b + n, 1, cap - n - 1, f);
-        n += k;
-    } while (k > 0);
-    fclose(f);
-    b[n] = 0;
-    if (strlen(b) != n) { free(b); sp_err_set(err, "%s file '%s' contains NUL bytes", what, path); return NULL; }
-    return b;
-}
-
 /* Where the output's grammar comes from: at most one of these. */
 typedef struct run_grammar {
     const char *text, *file, *schema, *schema_file;
@@ -109,10 +93,10 @@ typedef struct run_grammar {
 static int grammar_constraint(const run_grammar *gc, sp_grammar **out, sp_err *err) {
     char *text = NULL, *gbnf = NULL;
     const char *src = gc->text;
-    if (gc->file && !(src = text = read_file(gc->file, "grammar", err))) return -1;
+    if (gc->file && !(src = text = sp_read_text_file(gc->file, "grammar", err))) return -1;
     if (gc->schema || gc->schema_file) {
         const char *js = gc->schema;
-        if (gc->schema_file && !(js = text = read_file(gc->schema_file, "JSON schema", err))) return -1;
+        if (gc->schema_file && !(js = text = sp_read_text_file(gc->schema_file, "JSON schema", err))) return -1;
         gbnf = sp_schema_to_gbnf(js, strlen(js), err);
         free(text);
         text = NULL;
@@ -204,11 +188,12 @@ int sp_cmd_run(int argc, char **argv) {
     sp_stop_init(&r.stop, r.stops, r.n_stops, NULL);   /* stop strings checked non-empty above */
 
     sp_err err = { { 0 } };
-    char *file_text = NULL, *rendered = NULL;
+    char *file_text = NULL;
+    sp_chat_tmpl *ct = NULL;
     sp_engine e;
     sp_tokens toks = { 0 };
     int rc = SP_EXIT_FAIL;
-    if (file && !(prompt = file_text = read_file(file, "prompt", &err))) goto fail;
+    if (file && !(prompt = file_text = sp_read_text_file(file, "prompt", &err))) goto fail;
     if (grammar_constraint(&gc, &grammar, &err)) goto fail;
     if (sp_engine_open(&eo, &e, &err)) goto fail;
     if (strcmp(spec, "none") != 0 && !forced_only && !(drafter = sp_engine_drafter(&e, spec, &so, &err))) {
@@ -221,29 +206,20 @@ int sp_cmd_run(int argc, char **argv) {
     }
     r.tok = e.tok;
     if (prompt_cache) sp_engine_cache_load(&e, prompt_cache, "run");
-    const char *text = prompt;
     if (chat) {
-        sp_chat_format f = sp_chat_detect(e.model->gguf);
-        if (tmpl && sp_chat_format_parse(tmpl, &f)) {
-            sp_err_set(&err, "--chat-template %s: built in are chatml and gemma", tmpl);
+        if (sp_cli_chat_template(e.model->gguf, e.tok, tmpl, &ct, &err)) goto fail_engine;
+        if (!ct) {
+            sp_err_set(&err, "--chat: %s has no chat template: use --chat-template NAME|FILE (built in: %s)",
+                       e.model->name, sp_chat_builtin_names());
             goto fail_engine;
         }
-        if (f == SP_CHAT_NONE) {
-            sp_err_set(&err, "--chat: the model's chat template is not one specula can render (built in: chatml, "
-                       "gemma): use --chat-template NAME");
-            goto fail_engine;
-        }
-        char defsys[1024];
         sp_chat_msg msgs[2];
         int nm = 0;
         if (system) msgs[nm++] = (sp_chat_msg){ "system", system };
         msgs[nm++] = (sp_chat_msg){ "user", prompt };
-        if (sp_chat_render(f, msgs, nm, true, sp_chat_default_system(e.model->gguf, defsys, sizeof defsys),
-                           &rendered, &err))
-            goto fail_engine;
-        text = rendered;
-    }
-    if (sp_tokenize(e.tok, text, strlen(text), sp_tokenizer_add_bos(e.tok), true, &toks, &err)) goto fail_engine;
+        if (sp_chat_tokenize(ct, e.tok, msgs, nm, true, sp_tokenizer_add_bos(e.tok), &toks, &err)) goto fail_engine;
+    } else if (sp_tokenize(e.tok, prompt, strlen(prompt), sp_tokenizer_add_bos(e.tok), true, &toks, &err))
+        goto fail_engine;
     if (toks.n == 0) { sp_err_set(&err, "the prompt is empty"); goto fail_engine; }
     if (toks.n >= e.n_ctx) {
         sp_err_set(&err, "the prompt has %d tokens, the context holds %d (raise -c)", toks.n, e.n_ctx);
@@ -293,7 +269,7 @@ int sp_cmd_run(int argc, char **argv) {
     rc = 0;
 fail_engine:
     sp_tokens_free(&toks);
-    free(rendered);
+    sp_chat_tmpl_free(ct);
     sp_engine_close(&e);
 fail:
     if (rc) fprintf(stderr, "specula run: %s\n", err.msg);

@@ -53,8 +53,8 @@ static const char serve_help[] =
     "                          0.05, 1; a request without a seed gets a fresh one unless --seed)\n"
     "      --cors-origin ORIGIN  answer browsers from ORIGIN (\"*\" = any): CORS headers and\n"
     "                          OPTIONS preflights (default: no CORS)\n"
-    "      --chat-template NAME  render chat requests with a built-in template (chatml, gemma)\n"
-    "                          instead of the model's\n"
+    "      --chat-template NAME|FILE  render chat requests with a built-in template (chatml, gemma,\n"
+    "                          llama3, mistral, phi3, qwen) or a Jinja file instead of the model's\n"
     "      --parse-special     read special-token text (\"<|im_start|>\") in completion prompts\n"
     "                          and message contents as special tokens; by default it is plain\n"
     "                          text, so a message cannot forge a turn (token-id prompts and the\n"
@@ -190,13 +190,18 @@ static int parse_serve_args(int argc, char **argv, serve_args *s) {
     if (s->alias && !*s->alias) return sp_usage_error("serve", "--alias must not be empty");
     if (s->cache_dir && !s->eo.cache_mib) return sp_usage_error("serve", "--cache-dir needs a prefix cache (--cache-ram)");
     if (s->so.cors_origin && !*s->so.cors_origin) return sp_usage_error("serve", "--cors-origin must not be empty");
-    sp_chat_format cf;
-    if (s->so.chat_template && sp_chat_format_parse(s->so.chat_template, &cf))
-        return sp_usage_error("serve", "--chat-template %s: built in are chatml and gemma", s->so.chat_template);
     sp_err err;
     if (strcmp(s->so.spec_default, "none") && sp_drafter_check_name(s->so.spec_default, &err))
         return sp_usage_error("serve", "--spec: %s", err.msg);
     s->so.draft_max_default = s->spec.draft_max;
+    if (s->so.chat_template && !sp_chat_builtin_source(s->so.chat_template)) {
+        /* a file: read now, so a bad path is a usage error (freed when serve returns) */
+        s->so.chat_template_file = s->so.chat_template;
+        if (!(s->so.chat_template_src = sp_read_text_file(s->so.chat_template, "chat template", &err)))
+            return sp_usage_error("serve", "--chat-template: '%s' is neither built in (%s) nor a readable file: %s",
+                                  s->so.chat_template, sp_chat_builtin_names(), err.msg);
+        s->so.chat_template = NULL;
+    }
     return 0;
 }
 
@@ -263,5 +268,6 @@ close:
     sp_engine_close(&e);
 done:
     if (rc) fprintf(stderr, "specula serve: %s\n", err.msg);
+    free((char *)s.so.chat_template_src);
     return rc;
 }

@@ -165,6 +165,15 @@ static bool data_matches(const char *path, const sp_model *m, const int32_t *tap
     return ok;
 }
 
+/* Does the model render chat prompts (its own template or its architecture's)? */
+static bool has_chat_template(const sp_engine *e) {
+    sp_chat_tmpl *ct = NULL;
+    sp_err err;
+    const bool yes = sp_chat_tmpl_for_model(e->model->gguf, e->tok, NULL, NULL, NULL, &ct, &err) == 0 && ct;
+    sp_chat_tmpl_free(ct);
+    return yes;
+}
+
 int sp_cmd_train_draft(int argc, char **argv) {
     train_args t;
     const int prc = parse(argc, argv, &t);
@@ -198,7 +207,7 @@ int sp_cmd_train_draft(int argc, char **argv) {
         if (!n) n = default_paths(paths, store);
         sp_distill_opts d = { .paths = paths, .n_paths = n, .max_tokens = t.tokens, .seq_len = t.ho.seq_len,
                               .top_k = 16, .answer_share = t.answer_share, .answer_tokens = t.ho.seq_len - 16,
-                              .chat = t.answers ? !strcmp(t.answers, "chat") : sp_chat_detect(e.model->gguf) != SP_CHAT_NONE,
+                              .chat = t.answers ? !strcmp(t.answers, "chat") : has_chat_template(&e),
                               .seed = t.ho.seed };
         memcpy(d.tap_layers, taps, sizeof taps);
         fprintf(stderr, "train-draft: recording %lld tokens of %s data with %s into %s\n", (long long)t.tokens,

@@ -114,18 +114,19 @@ int specula_detokenize(const specula_model *m, const int32_t *tokens, int n, boo
 int specula_chat_apply(const specula_model *m, const specula_chat_message *msgs, int n, bool add_assistant,
                        char *buf, size_t cap, specula_error *err) {
     sp_err e;
-    const sp_chat_format f = sp_chat_detect(m->m->gguf);
-    if (f == SP_CHAT_NONE) {
-        sp_err_set(&e, "the model has no known chat template");
+    sp_chat_tmpl *ct = NULL;
+    const int found = sp_chat_tmpl_for_model(m->m->gguf, m->tok, NULL, NULL, NULL, &ct, &e);
+    if (found || !ct) {
+        if (!found) sp_err_set(&e, "the model has no chat template");
         set_err(err, &e);
         return -1;
     }
     sp_chat_msg *cm = sp_xcalloc(n > 0 ? (size_t)n : 1, sizeof *cm);
     for (int i = 0; i < n; i++) cm[i] = (sp_chat_msg){ msgs[i].role, msgs[i].content };
-    char sys[1024], *text = NULL;
-    const int rc = sp_chat_render(f, cm, n, add_assistant, sp_chat_default_system(m->m->gguf, sys, sizeof sys),
-                                  &text, &e);
+    char *text = NULL;
+    const int rc = sp_chat_render(ct, cm, n, add_assistant, &text, &e);
     free(cm);
+    sp_chat_tmpl_free(ct);
     if (rc) { set_err(err, &e); return -1; }
     const size_t len = strlen(text);
     if (cap) snprintf(buf, cap, "%s", text);

@@ -41,7 +41,8 @@ struct sp_server {
     struct sockaddr_storage addr;
     socklen_t addrlen;
     int port;
-    sp_chat_format chat;
+    sp_chat_tmpl *chat;              /* NULL: chat requests get 400 with chat_why */
+    char chat_why[600];
     char defsys_buf[1024];
     const char *defsys;
     long long created;
@@ -54,11 +55,12 @@ struct sp_server {
 
 typedef enum route {
     R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_ROOT, R_PROPS, R_TOKENIZE,
-    R_DETOKENIZE
+    R_DETOKENIZE, R_APPLY_TEMPLATE
 } route;
 static const char *const route_names[] = { "other", "/v1/chat/completions", "/v1/completions",
                                            "/v1/models", "/v1/models/{id}", "/health", "/metrics", "/",
-                                           "/props", "/tokenize", "/detokenize" };
+                                           "/props", "/tokenize", "/detokenize",
+                                           "/apply-template" };
 
 /* One HTTP request (the connection's con_cls while it is being answered). */
 typedef struct http_req {
@@ -214,7 +216,7 @@ static enum MHD_Result on_get(sp_server *s, struct MHD_Connection *c, http_req *
         return send_json(s, c, r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
     }
     case R_PROPS:
-        return send_json(s, c, r, 200, sp_serve_props(&s->o, s->n_ctx, s->parallel, sp_chat_format_name(s->chat)));
+        return send_json(s, c, r, 200, sp_serve_props(&s->o, s->n_ctx, s->parallel, s->chat ? sp_chat_tmpl_source(s->chat) : NULL));
     case R_MODEL:
         if (!strcmp(url + strlen("/v1/models/"), s->o.model_id))
             return send_json(s, c, r, 200, model_object(s));
@@ -233,42 +235,49 @@ static enum MHD_Result on_get(sp_server *s, struct MHD_Connection *c, http_req *
  * markers and explicit ids give special tokens: text from the client stays
  * text (a message containing "<|im_start|>system" cannot open a system
  * turn), unless --parse-special asks for the old reading. */
+static int no_template(const sp_server *s, sp_api_err *e) {
+    return sp_api_fail(e, 400, "invalid_request_error", "no_chat_template", "messages",
+                       "%s; start the server with --chat-template NAME|FILE (built in: %s), or use "
+                       "/v1/completions.", s->chat_why, sp_chat_builtin_names());
+}
+
+/* The messages the template renders: with tools, the system message
+ * carries them (tools.c).  *owned and *system are freed by the caller. */
+static const sp_chat_msg *chat_msgs(const sp_server *s, const sp_req *q, int *n, sp_chat_msg **owned,
+                                    char **system) {
+    *owned = NULL;
+    *system = NULL;
+    *n = q->n_msgs;
+    if (!sp_req_uses_tools(q)) return q->msgs;
+    *owned = sp_tools_with_system(q->msgs, q->n_msgs, q->tools_system, s->defsys, n, system);
+    return *owned;
+}
+
 static int prompt_tokens(sp_server *s, const sp_req *q, sp_tokens *out, sp_api_err *e) {
     if (q->kind == SP_API_COMPLETION && q->prompt_ids) {
         for (int i = 0; i < q->n_prompt_ids; i++) sp_tokens_push(out, q->prompt_ids[i]);
         return 0;
     }
     const bool bos = sp_tokenizer_add_bos(s->tok), special = s->o.parse_special;
-    char *rendered = NULL;
-    const char *text = q->prompt;
     sp_err err;
     int rc;
-    if (q->kind == SP_API_CHAT && s->chat == SP_CHAT_NONE)
-        return sp_api_fail(e, 400, "invalid_request_error", "no_chat_template", "messages",
-                           "The model's chat template is not one this server can render (built in: chatml, "
-                           "gemma); start it with --chat-template NAME, or use /v1/completions.");
-    /* with tools, the system message carries them (tools.c) */
-    const sp_chat_msg *msgs = q->msgs;
-    int n_msgs = q->n_msgs;
-    sp_chat_msg *with_tools = NULL;
-    char *system = NULL;
-    if (q->kind == SP_API_CHAT && sp_req_uses_tools(q)) {
-        with_tools = sp_tools_with_system(q->msgs, q->n_msgs, q->tools_system, s->defsys, &n_msgs, &system);
-        msgs = with_tools;
-    }
-    if (q->kind == SP_API_CHAT && !special) {
-        rc = sp_chat_tokenize(s->tok, s->chat, msgs, n_msgs, true, s->defsys, bos, out, &err);
+    if (q->kind == SP_API_COMPLETION) {
+        rc = sp_tokenize(s->tok, q->prompt, strlen(q->prompt), bos, special, out, &err);
     } else {
-        rc = 0;
-        if (q->kind == SP_API_CHAT) {
-            rc = sp_chat_render(s->chat, msgs, n_msgs, true, s->defsys, &rendered, &err);
-            text = rendered;
+        if (!s->chat) return no_template(s, e);
+        int n_msgs;
+        sp_chat_msg *owned;
+        char *system, *rendered = NULL;
+        const sp_chat_msg *msgs = chat_msgs(s, q, &n_msgs, &owned, &system);
+        if (!special) rc = sp_chat_tokenize(s->chat, s->tok, msgs, n_msgs, true, bos, out, &err);
+        else {   /* --parse-special: special-token text in messages counts too */
+            rc = sp_chat_render(s->chat, msgs, n_msgs, true, &rendered, &err);
+            if (!rc) rc = sp_tokenize(s->tok, rendered, strlen(rendered), bos, true, out, &err);
+            free(rendered);
         }
-        if (!rc) rc = sp_tokenize(s->tok, text, strlen(text), bos, special, out, &err);
-        free(rendered);
+        free(owned);
+        free(system);
     }
-    free(with_tools);
-    free(system);
     if (rc) return sp_api_fail(e, 400, "invalid_request_error", NULL, q->kind == SP_API_CHAT ? "messages" : "prompt", "%s", err.msg);
     return 0;
 }
@@ -632,6 +641,33 @@ static enum MHD_Result on_tokens(sp_server *s, struct MHD_Connection *c, http_re
     return rc;
 }
 
+/* POST /apply-template (llama-server's): a chat request's messages (and
+ * tools) -> {"prompt": the text the model would be given}. */
+static enum MHD_Result on_apply_template(sp_server *s, struct MHD_Connection *c, http_req *r) {
+    sp_req q;
+    sp_api_err e;
+    if (sp_req_parse_with(SP_API_CHAT, r->body ? r->body : "", r->n_body, s->m->hp.n_vocab, &s->o.sampling, &q, &e))
+        return send_error(s, c, r, &e);
+    if (!s->chat) {
+        no_template(s, &e);
+        sp_req_free(&q);
+        return send_error(s, c, r, &e);
+    }
+    int n_msgs;
+    sp_chat_msg *owned;
+    char *system, *text = NULL;
+    sp_err err;
+    const sp_chat_msg *msgs = chat_msgs(s, &q, &n_msgs, &owned, &system);
+    const int rc = sp_chat_render(s->chat, msgs, n_msgs, true, &text, &err);
+    free(owned);
+    free(system);
+    sp_req_free(&q);
+    if (rc) return bad_request(s, c, r, "messages", err.msg);
+    json_t *resp = json_pack("{s:o}", "prompt", sp_json_text(text, strlen(text)));
+    free(text);
+    return send_json(s, c, r, 200, resp);
+}
+
 static enum MHD_Result on_generate(sp_server *s, struct MHD_Connection *c, http_req *r) {
     const sp_api_kind kind = r->rt == R_CHAT ? SP_API_CHAT : SP_API_COMPLETION;
     sp_req q;
@@ -665,6 +701,7 @@ static route route_of(const char *url, bool *post_route) {
         { "/health", R_HEALTH, false }, { "/v1/health", R_HEALTH, false },
         { "/metrics", R_METRICS, false }, { "/", R_ROOT, false }, { "/props", R_PROPS, false },
         { "/tokenize", R_TOKENIZE, true }, { "/detokenize", R_DETOKENIZE, true },
+        { "/apply-template", R_APPLY_TEMPLATE, true },
     };
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path)) { *post_route = routes[i].post; return routes[i].rt; }
@@ -851,6 +888,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     sp_gate_deadline(c, 0);          /* the body is in: the answer may take long */
     if (r->rt == R_TOKENIZE || r->rt == R_DETOKENIZE) return on_tokens(s, c, r);
+    if (r->rt == R_APPLY_TEMPLATE) return on_apply_template(s, c, r);
     return on_generate(s, c, r);
 }
 
@@ -968,24 +1006,30 @@ sp_server *sp_server_start(sp_ctx *ctx, const sp_server_opts *o, sp_err *err) {
     s->parallel = sp_ctx_n_slots(ctx);
     s->n_ctx = sp_ctx_n_ctx(ctx);
     s->created = (long long)time(NULL);
-    s->chat = sp_chat_detect(m->gguf);
-    if (o->chat_template && sp_chat_format_parse(o->chat_template, &s->chat)) {
-        free(s);
-        sp_err_set(err, "serve: unknown chat template '%s' (built in: chatml, gemma)", o->chat_template);
-        return NULL;
+    if (sp_chat_tmpl_for_model(m->gguf, s->tok, o->chat_template, o->chat_template_src, o->chat_template_file,
+                               &s->chat, err)) {
+        if (o->chat_template || o->chat_template_src) {   /* the user's choice must work */
+            free(s);
+            sp_err_prefix(err, "serve");
+            return NULL;
+        }
+        snprintf(s->chat_why, sizeof s->chat_why, "The model's chat template cannot be rendered (%s)", err->msg);
+        sp_info("specula serve: warning: the model's chat template cannot be rendered: %s; /v1/chat/completions "
+                "will answer 400: use --chat-template NAME|FILE, or /v1/completions\n", err->msg);
+    } else if (!s->chat) {
+        snprintf(s->chat_why, sizeof s->chat_why, "The model has no chat template");
+        sp_info("specula serve: warning: the model's chat template is missing; /v1/chat/completions will answer "
+                "400: use --chat-template NAME|FILE, or /v1/completions\n");
     }
-    if (s->chat == SP_CHAT_NONE)
-        sp_info("specula serve: warning: the model's chat template is not one specula can render (built in: "
-                "chatml, gemma); /v1/chat/completions will answer 400: use --chat-template NAME, or "
-                "/v1/completions\n");
     s->defsys = sp_chat_default_system(m->gguf, s->defsys_buf, sizeof s->defsys_buf);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (resolve(s, err)) { free(s); return NULL; }
+    if (resolve(s, err)) { sp_chat_tmpl_free(s->chat); free(s); return NULL; }
     s->mx = sp_metrics_create();
     if (!(s->sched = sp_sched_create(ctx, o->queue_max, s->mx))) {
         sp_err_set(err, "serve: cannot start the scheduler thread");
         sp_metrics_free(s->mx);
+        sp_chat_tmpl_free(s->chat);
         free(s);
         return NULL;
     }
@@ -993,6 +1037,7 @@ sp_server *sp_server_start(sp_ctx *ctx, const sp_server_opts *o, sp_err *err) {
         sp_gate_free(s->gate);
         sp_sched_free(s->sched);
         sp_metrics_free(s->mx);
+        sp_chat_tmpl_free(s->chat);
         free(s);
         return NULL;
     }
@@ -1020,5 +1065,6 @@ void sp_server_stop(sp_server *s) {
     sp_metrics_free(s->mx);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
+    sp_chat_tmpl_free(s->chat);
     free(s);
 }

@@ -188,7 +188,9 @@ typedef struct sp_server_opts {
     sp_sampler_params sampling;
     bool seed_set;                   /* requests without a seed use sampling.seed (else a fresh one) */
     const char *cors_origin;         /* NULL = no CORS headers; else the allowed origin ("*" = any) */
-    const char *chat_template;       /* NULL = the model's (detected); else a built-in one's name */
+    const char *chat_template;       /* NULL = the model's; else a built-in template's name */
+    const char *chat_template_src;   /* Jinja source (of chat_template_file): wins over the name */
+    const char *chat_template_file;
 } sp_server_opts;
 
 /* Defaults for every field above (drafters none, spec "none", sampling

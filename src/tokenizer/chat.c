@@ -1,57 +1,289 @@
 /*
- * Chat templates: the two prompt formats of the supported models, rendered
- * in C (no Jinja).  The output is text; BOS is not part of it (the
- * tokenizer adds BOS when the vocabulary asks for it).
+ * Chat templates: which template a model uses, the built-in ones, and
+ * rendering messages through the jinja layer into text or ids.
  *
- *   CHATML (SmolLM2)  <|im_start|>{role}\n{content}<|im_end|>\n ...
- *                     generation prompt <|im_start|>assistant\n
- *   GEMMA (Gemma 3)   <start_of_turn>user\n{content}<end_of_turn>\n ...
- *                     "assistant" is rendered "model"; a leading system
- *                     message is folded into the first user turn as
- *                     "{system}\n\n{content}"; contents are trimmed; roles
- *                     must alternate user/model starting with user;
- *                     generation prompt <start_of_turn>model\n
- * These are what the models' official Jinja templates produce.
+ * The model's own tokenizer.chat_template comes first; a GGUF without one
+ * gets its architecture's format (Gemma's files carry none).  Built-ins
+ * are ordinary Jinja, written here for the formats users name most
+ * (--chat-template NAME): they render what the official templates of
+ * those families render for system/user/assistant conversations.
+ *
+ * Provenance: message strings go to the renderer as data, the template's
+ * literals and bos/eos texts as markup; tokenization recognises special
+ * tokens only in markup bytes.
  */
 #include "tokenizer/internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+struct sp_chat_tmpl {
+    char name[128];
+    char *src;
+    sp_jinja *j;
+    char *bos, *eos;
+    bool strip_bos;          /* the vocabulary adds BOS itself: a BOS the template writes is dropped */
+};
+
 /* ------------------------------------------------------------------------
- * Detection
+ * Built-in templates
  * ---------------------------------------------------------------------- */
-static bool ch_contains(sp_str s, const char *needle) {
-    return s.len && memmem(s.ptr, s.len, needle, strlen(needle)) != NULL;
+static const struct { const char *name, *src; } ch_builtins[] = {
+    { "chatml",
+      "{%- for message in messages -%}\n"
+      "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}\n"
+      "{%- endfor -%}\n"
+      "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}\n" },
+    /* Gemma 3: a system message may only come first and is prepended to the
+     * first user turn; contents are trimmed; turns alternate user/model. */
+    { "gemma",
+      "{{- bos_token -}}\n"
+      "{%- if messages and messages[0]['role'] == 'system' -%}\n"
+      "  {%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}\n"
+      "  {%- set loop_messages = messages[1:] -%}\n"
+      "{%- else -%}\n"
+      "  {%- set first_user_prefix = '' -%}\n"
+      "  {%- set loop_messages = messages -%}\n"
+      "{%- endif -%}\n"
+      "{%- for message in loop_messages -%}\n"
+      "  {%- if message['role'] == 'system' -%}\n"
+      "    {{- raise_exception('a system message is allowed only first') -}}\n"
+      "  {%- endif -%}\n"
+      "  {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+      "    {{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') -}}\n"
+      "  {%- endif -%}\n"
+      "  {%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}\n"
+      "  {{- '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else '') -}}\n"
+      "  {{- message['content'] | trim -}}\n"
+      "  {{- '<end_of_turn>\\n' -}}\n"
+      "{%- endfor -%}\n"
+      "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}\n" },
+    /* Llama 3 / 3.1 without tools */
+    { "llama3",
+      "{{- bos_token -}}\n"
+      "{%- for message in messages -%}\n"
+      "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' -}}\n"
+      "{%- endfor -%}\n"
+      "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}\n" },
+    /* Mistral [INST]: a system message goes before the last user message */
+    { "mistral",
+      "{%- if messages and messages[0]['role'] == 'system' -%}\n"
+      "  {%- set system_message = messages[0]['content'] -%}\n"
+      "  {%- set loop_messages = messages[1:] -%}\n"
+      "{%- else -%}\n"
+      "  {%- set loop_messages = messages -%}\n"
+      "{%- endif -%}\n"
+      "{{- bos_token -}}\n"
+      "{%- for message in loop_messages -%}\n"
+      "  {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+      "    {{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') -}}\n"
+      "  {%- endif -%}\n"
+      "  {%- if message['role'] == 'user' -%}\n"
+      "    {%- if loop.last and system_message is defined -%}\n"
+      "      {{- '[INST] ' + system_message + '\\n\\n' + message['content'] + '[/INST]' -}}\n"
+      "    {%- else -%}\n"
+      "      {{- '[INST] ' + message['content'] + '[/INST]' -}}\n"
+      "    {%- endif -%}\n"
+      "  {%- else -%}\n"
+      "    {{- ' ' + message['content'] + eos_token -}}\n"
+      "  {%- endif -%}\n"
+      "{%- endfor -%}\n" },
+    /* Phi-3 */
+    { "phi3",
+      "{%- for message in messages -%}\n"
+      "{{- '<|' + message['role'] + '|>\\n' + message['content'] + '<|end|>\\n' -}}\n"
+      "{%- endfor -%}\n"
+      "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- else -%}{{- eos_token -}}{%- endif -%}\n" },
+    /* Qwen 2.5: ChatML with Qwen's default system prompt */
+    { "qwen",
+      "{%- if not messages or messages[0]['role'] != 'system' -%}\n"
+      "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' -}}\n"
+      "{%- endif -%}\n"
+      "{%- for message in messages -%}\n"
+      "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}\n"
+      "{%- endfor -%}\n"
+      "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}\n" },
+};
+
+const char *sp_chat_builtin_names(void) { return "chatml, gemma, llama3, mistral, phi3, qwen"; }
+
+const char *sp_chat_builtin_source(const char *name) {
+    for (size_t i = 0; i < sizeof ch_builtins / sizeof *ch_builtins; i++)
+        if (!strcmp(ch_builtins[i].name, name)) return ch_builtins[i].src;
+    return NULL;
 }
 
-sp_chat_format sp_chat_detect(const sp_gguf *g) {
-    sp_str s;
-    if (sp_gguf_get_str(g, "tokenizer.chat_template", &s, NULL) == 1) {
-        if (ch_contains(s, "<|im_start|>")) return SP_CHAT_CHATML;
-        if (ch_contains(s, "<start_of_turn>")) return SP_CHAT_GEMMA;
-        return SP_CHAT_NONE;
+/* ------------------------------------------------------------------------
+ * Loading
+ * ---------------------------------------------------------------------- */
+sp_chat_tmpl *sp_chat_tmpl_parse(const char *name, const char *src, size_t n, const char *bos, const char *eos,
+                                 sp_err *err) {
+    sp_jinja *j = sp_jinja_parse(src, n, err);
+    if (!j) {
+        sp_err_prefix(err, "chat template %s", name);
+        return NULL;
     }
-    if (sp_gguf_get_str(g, "general.architecture", &s, NULL) == 1 &&
-        (sp_str_eq(s, "gemma") || sp_str_eq(s, "gemma2") || sp_str_eq(s, "gemma3")))
-        return SP_CHAT_GEMMA;
-    return SP_CHAT_NONE;
+    sp_chat_tmpl *ct = sp_xcalloc(1, sizeof *ct);
+    snprintf(ct->name, sizeof ct->name, "%s", name);
+    ct->j = j;
+    ct->src = sp_xmalloc(n + 1);
+    memcpy(ct->src, src, n);
+    ct->src[n] = 0;
+    ct->bos = sp_xstrdup(bos ? bos : "");
+    ct->eos = sp_xstrdup(eos ? eos : "");
+    return ct;
 }
 
-int sp_chat_format_parse(const char *name, sp_chat_format *out) {
-    if (!strcmp(name, "chatml")) *out = SP_CHAT_CHATML;
-    else if (!strcmp(name, "gemma")) *out = SP_CHAT_GEMMA;
-    else return -1;
+void sp_chat_tmpl_free(sp_chat_tmpl *ct) {
+    if (!ct) return;
+    sp_jinja_free(ct->j);
+    free(ct->src);
+    free(ct->bos);
+    free(ct->eos);
+    free(ct);
+}
+
+const char *sp_chat_tmpl_name(const sp_chat_tmpl *ct) { return ct->name; }
+const char *sp_chat_tmpl_source(const sp_chat_tmpl *ct) { return ct->src; }
+
+static char *ch_piece(const sp_tokenizer *t, int32_t id) {
+    if (!t || id < 0) return sp_xstrdup("");
+    size_t n = sp_token_piece(t, id, true, NULL, 0);
+    char *s = sp_xmalloc(n + 1);
+    sp_token_piece(t, id, true, s, n + 1);
+    s[n] = 0;
+    return s;
+}
+
+int sp_chat_tmpl_for_model(const sp_gguf *g, const sp_tokenizer *t, const char *name, const char *src,
+                           const char *src_name, sp_chat_tmpl **out, sp_err *err) {
+    *out = NULL;
+    sp_str s = { 0 };
+    const char *label = "gguf";
+    if (src) {
+        s.ptr = src;
+        s.len = strlen(src);
+        label = src_name ? src_name : "file";
+    } else if (name) {
+        const char *b = sp_chat_builtin_source(name);
+        if (!b) return sp_err_set(err, "chat template '%s' is not built in (built in: %s; or give a file)", name,
+                                  sp_chat_builtin_names());
+        s.ptr = b;
+        s.len = strlen(b);
+        label = name;
+    } else if (sp_gguf_get_str(g, "tokenizer.chat_template", &s, NULL) != 1) {
+        sp_str arch;
+        if (sp_gguf_get_str(g, "general.architecture", &arch, NULL) == 1 &&
+            (sp_str_eq(arch, "gemma") || sp_str_eq(arch, "gemma2") || sp_str_eq(arch, "gemma3"))) {
+            label = "gemma";
+            s.ptr = sp_chat_builtin_source("gemma");
+            s.len = strlen(s.ptr);
+        } else return 0;
+    }
+    char *bos = ch_piece(t, t ? sp_tokenizer_bos(t) : -1), *eos = ch_piece(t, t ? sp_tokenizer_eos(t) : -1);
+    *out = sp_chat_tmpl_parse(label, s.ptr, s.len, bos, eos, err);
+    if (*out) (*out)->strip_bos = t && sp_tokenizer_add_bos(t);
+    free(bos);
+    free(eos);
+    return *out ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------------
+ * Rendering
+ * ---------------------------------------------------------------------- */
+int sp_chat_tmpl_apply(const sp_chat_tmpl *ct, json_t *data, json_t *markup, bool add_generation_prompt,
+                       int64_t now, sp_jinja_out *out, sp_err *err) {
+    json_t *mk = markup ? json_copy(markup) : json_object();
+    if (!json_object_get(mk, "bos_token")) json_object_set_new(mk, "bos_token", json_string(ct->bos));
+    if (!json_object_get(mk, "eos_token")) json_object_set_new(mk, "eos_token", json_string(ct->eos));
+    if (!json_object_get(mk, "add_generation_prompt"))
+        json_object_set_new(mk, "add_generation_prompt", json_boolean(add_generation_prompt));
+    int rc = sp_jinja_render(ct->j, data, mk, now, out, err);
+    json_decref(mk);
+    if (rc) sp_err_prefix(err, "chat template %s", ct->name);
+    return rc;
+}
+
+int sp_chat_tmpl_render_json(const sp_chat_tmpl *ct, json_t *messages, json_t *tools, bool add_generation_prompt,
+                             sp_jinja_out *out, sp_err *err) {
+    json_t *data = json_object();
+    json_object_set(data, "messages", messages);
+    json_object_set_new(data, "tools", tools ? json_incref(tools) : json_null());
+    int rc = sp_chat_tmpl_apply(ct, data, NULL, add_generation_prompt, -1, out, err);
+    json_decref(data);
+    if (rc) return rc;
+    /* a BOS the template writes is the tokenizer's to add (SmolLM2's BOS
+     * is <|im_start|>, which its template writes as a turn marker: kept) */
+    size_t nb = strlen(ct->bos);
+    if (ct->strip_bos && nb && out->len >= nb && !memcmp(out->text, ct->bos, nb) && !memchr(out->from_data, 1, nb)) {
+        memmove(out->text, out->text + nb, out->len - nb + 1);
+        memmove(out->from_data, out->from_data + nb, out->len - nb);
+        out->len -= nb;
+    }
     return 0;
 }
 
-const char *sp_chat_format_name(sp_chat_format f) {
-    switch (f) {
-    case SP_CHAT_NONE: return "none";
-    case SP_CHAT_CHATML: return "chatml";
-    case SP_CHAT_GEMMA: return "gemma";
+json_t *sp_chat_msgs_json(const sp_chat_msg *msgs, int n_msgs, sp_err *err) {
+    if (n_msgs < 0 || (n_msgs > 0 && !msgs)) {
+        sp_err_set(err, "chat: no messages");
+        return NULL;
     }
-    return "unknown";
+    json_t *a = json_array();
+    for (int i = 0; i < n_msgs; i++) {
+        if (!msgs[i].role || !msgs[i].content) {
+            json_decref(a);
+            sp_err_set(err, "chat: message %d has no role or content", i);
+            return NULL;
+        }
+        json_t *m = json_pack("{s:s, s:s}", "role", msgs[i].role, "content", msgs[i].content);
+        if (!m) {   /* jansson refuses invalid UTF-8 */
+            json_decref(a);
+            sp_err_set(err, "chat: message %d is not valid UTF-8", i);
+            return NULL;
+        }
+        json_array_append_new(a, m);
+    }
+    return a;
+}
+
+int sp_chat_render(const sp_chat_tmpl *ct, const sp_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
+                   char **out, sp_err *err) {
+    *out = NULL;
+    json_t *m = sp_chat_msgs_json(msgs, n_msgs, err);
+    if (!m) return -1;
+    sp_jinja_out o;
+    int rc = sp_chat_tmpl_render_json(ct, m, NULL, add_generation_prompt, &o, err);
+    json_decref(m);
+    if (rc) return rc;
+    free(o.from_data);
+    *out = o.text;
+    return 0;
+}
+
+int sp_chat_tokenize_json(const sp_chat_tmpl *ct, const sp_tokenizer *t, json_t *messages, json_t *tools,
+                          bool add_generation_prompt, bool add_bos, sp_tokens *out, sp_err *err) {
+    sp_jinja_out o;
+    if (sp_chat_tmpl_render_json(ct, messages, tools, add_generation_prompt, &o, err)) return -1;
+    int rc = sp_tokenize_masked(t, o.text, o.len, add_bos, o.from_data, out, err);
+    sp_jinja_out_free(&o);
+    return rc;
+}
+
+int sp_chat_tokenize(const sp_chat_tmpl *ct, const sp_tokenizer *t, const sp_chat_msg *msgs, int n_msgs,
+                     bool add_generation_prompt, bool add_bos, sp_tokens *out, sp_err *err) {
+    json_t *m = sp_chat_msgs_json(msgs, n_msgs, err);
+    if (!m) return -1;
+    int rc = sp_chat_tokenize_json(ct, t, m, NULL, add_generation_prompt, add_bos, out, err);
+    json_decref(m);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * The default system prompt of a ChatML template
+ * ---------------------------------------------------------------------- */
+static bool ch_contains(sp_str s, const char *needle) {
+    return s.len && memmem(s.ptr, s.len, needle, strlen(needle)) != NULL;
 }
 
 /* The literal after "<|im_start|>system" + newline, up to "<|im_end|>", in
@@ -80,161 +312,4 @@ const char *sp_chat_default_system(const sp_gguf *g, char *buf, size_t cap) {
     memcpy(buf, p, n);
     buf[n] = 0;
     return buf;
-}
-
-/* ------------------------------------------------------------------------
- * Rendering
- * ---------------------------------------------------------------------- */
-typedef struct ch_buf {
-    char *s;
-    size_t n, cap;
-    size_t *marks;          /* (2 * n_marks) [start, end) of each template marker */
-    int n_marks, cap_marks;
-} ch_buf;
-
-static void ch_put(ch_buf *b, const char *s, size_t n) {
-    SP_VEC_GROW(b->s, b->cap, b->n + n + 1);
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void ch_puts(ch_buf *b, const char *s) { ch_put(b, s, strlen(s)); }
-
-/* Puts one of the template's own markers (<|im_start|>, <end_of_turn>,
- * ...) and remembers where it is: only these become special tokens. */
-static void ch_mark(ch_buf *b, const char *marker) {
-    if (b->n_marks == b->cap_marks) {
-        b->cap_marks = b->cap_marks ? 2 * b->cap_marks : 16;
-        b->marks = sp_xrealloc(b->marks, (size_t)b->cap_marks * 2 * sizeof *b->marks);
-    }
-    b->marks[2 * b->n_marks] = b->n;
-    ch_puts(b, marker);
-    b->marks[2 * b->n_marks + 1] = b->n;
-    b->n_marks++;
-}
-
-/* Jinja's `trim` on ASCII whitespace: puts s without leading/trailing
- * spaces, tabs and newlines. */
-static void ch_put_trimmed(ch_buf *b, const char *s) {
-    const char *e = s + strlen(s);
-    while (s < e && strchr(" \t\n\r\v\f", *s)) s++;
-    while (e > s && strchr(" \t\n\r\v\f", e[-1])) e--;
-    ch_put(b, s, (size_t)(e - s));
-}
-
-static int ch_validate(const sp_chat_msg *msgs, int n, sp_err *err) {
-    if (n < 0 || (n > 0 && !msgs)) return sp_err_set(err, "chat: no messages");
-    for (int i = 0; i < n; i++) {
-        const char *r = msgs[i].role;
-        if (!r || !msgs[i].content) return sp_err_set(err, "chat: message %d has no role or content", i);
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
-            return sp_err_set(err, "chat: message %d has role '%.40s' (expected system, user or assistant)",
-                              i, r);
-    }
-    return 0;
-}
-
-static void ch_chatml(ch_buf *b, const sp_chat_msg *msgs, int n, bool gen, const char *def_sys) {
-    if (n > 0 && def_sys && strcmp(msgs[0].role, "system") != 0) {
-        ch_mark(b, "<|im_start|>");
-        ch_puts(b, "system\n");
-        ch_puts(b, def_sys);
-        ch_mark(b, "<|im_end|>");
-        ch_puts(b, "\n");
-    }
-    for (int i = 0; i < n; i++) {
-        ch_mark(b, "<|im_start|>");
-        ch_puts(b, msgs[i].role);
-        ch_puts(b, "\n");
-        ch_puts(b, msgs[i].content);
-        ch_mark(b, "<|im_end|>");
-        ch_puts(b, "\n");
-    }
-    if (gen) {
-        ch_mark(b, "<|im_start|>");
-        ch_puts(b, "assistant\n");
-    }
-}
-
-static int ch_gemma(ch_buf *b, const sp_chat_msg *msgs, int n, bool gen, const char *def_sys,
-                    sp_err *err) {
-    const char *sys = def_sys;
-    int first = 0;
-    if (n > 0 && strcmp(msgs[0].role, "system") == 0) {
-        sys = msgs[0].content;
-        first = 1;
-    }
-    for (int i = first; i < n; i++) {
-        const char *role = msgs[i].role;
-        bool want_user = (i - first) % 2 == 0;
-        if (strcmp(role, "system") == 0)
-            return sp_err_set(err, "chat (gemma): a system message is allowed only first (message %d)", i);
-        if ((strcmp(role, "user") == 0) != want_user)
-            return sp_err_set(err, "chat (gemma): roles must alternate user/assistant starting with "
-                                   "user; message %d is '%s'", i, role);
-        ch_mark(b, "<start_of_turn>");
-        ch_puts(b, want_user ? "user" : "model");
-        ch_puts(b, "\n");
-        if (i == first && sys) {
-            ch_puts(b, sys);
-            ch_puts(b, "\n\n");
-        }
-        ch_put_trimmed(b, msgs[i].content);
-        ch_mark(b, "<end_of_turn>");
-        ch_puts(b, "\n");
-    }
-    if (gen) {
-        ch_mark(b, "<start_of_turn>");
-        ch_puts(b, "model\n");
-    }
-    return 0;
-}
-
-static int ch_render(sp_chat_format f, const sp_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
-                     const char *default_system, ch_buf *b, sp_err *err) {
-    if (f != SP_CHAT_CHATML && f != SP_CHAT_GEMMA)
-        return sp_err_set(err, "chat: no chat template (format %s); use a raw prompt",
-                          sp_chat_format_name(f));
-    if (ch_validate(msgs, n_msgs, err)) return -1;
-    ch_put(b, "", 0);
-    if (f == SP_CHAT_CHATML) {
-        ch_chatml(b, msgs, n_msgs, add_generation_prompt, default_system);
-        return 0;
-    }
-    return ch_gemma(b, msgs, n_msgs, add_generation_prompt, default_system, err);
-}
-
-int sp_chat_render(sp_chat_format f, const sp_chat_msg *msgs, int n_msgs,
-                   bool add_generation_prompt, const char *default_system, char **out,
-                   sp_err *err) {
-    ch_buf b = { 0 };
-    const int rc = ch_render(f, msgs, n_msgs, add_generation_prompt, default_system, &b, err);
-    free(b.marks);
-    if (rc) free(b.s);
-    *out = rc ? NULL : b.s;
-    return rc;
-}
-
-/* Tokenizes the rendered text piece by piece: the text between markers as
- * plain text, each marker with special tokens recognised.  A whole-text
- * tokenization with specials splits at the same places, so the ids are
- * the same unless a message contains special-token text, which here
- * stays literal. */
-int sp_chat_tokenize(const sp_tokenizer *t, sp_chat_format f, const sp_chat_msg *msgs, int n_msgs,
-                     bool add_generation_prompt, const char *default_system, bool add_bos,
-                     sp_tokens *out, sp_err *err) {
-    ch_buf b = { 0 };
-    int rc = ch_render(f, msgs, n_msgs, add_generation_prompt, default_system, &b, err);
-    size_t at = 0;
-    for (int i = 0; rc == 0 && i <= b.n_marks; i++) {
-        const size_t start = i < b.n_marks ? b.marks[2 * i] : b.n;
-        rc = sp_tokenize(t, b.s + at, start - at, add_bos && i == 0, false, out, err);
-        if (rc || i == b.n_marks) break;
-        at = b.marks[2 * i + 1];
-        rc = sp_tokenize(t, b.s + start, at - start, false, true, out, err);
-    }
-    free(b.marks);
-    free(b.s);
-    return rc;
 }

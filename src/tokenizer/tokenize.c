@@ -23,7 +23,8 @@
 /* Marks special tokens in text[0..n): returns a malloc'd array where
  * match[p] is the id of the special token starting at p or -1, or NULL if
  * there are none. */
-static int32_t *tk_partition(const sp_tokenizer *t, const char *text, size_t n, bool parse_special) {
+static int32_t *tk_partition(const sp_tokenizer *t, const char *text, size_t n, bool parse_special,
+                             const uint8_t *plain) {
     uint8_t want = parse_special ? 3 : 1;
     const unsigned char *s = (const unsigned char *)text;
     int32_t *match = NULL;
@@ -37,6 +38,8 @@ static int32_t *tk_partition(const sp_tokenizer *t, const char *text, size_t n, 
             int32_t id = sp_strmap_get(&t->tok_map, text + p, L);
             if (id < 0 || !(t->attr[id] & SP_TA_SPECIAL)) continue;
             if (!parse_special && (t->attr[id] & (SP_TA_CONTROL | SP_TA_UNKNOWN))) continue;
+            /* message text: as parse_special = false there (user-defined tokens still match) */
+            if (plain && (t->attr[id] & (SP_TA_CONTROL | SP_TA_UNKNOWN)) && memchr(plain + p, 1, L)) continue;
             if (!match) {
                 match = sp_xmalloc(n * sizeof *match);
                 for (size_t i = 0; i < n; i++) match[i] = -1;
@@ -61,12 +64,12 @@ static int tk_raw(const sp_tokenizer *t, const char *text, size_t len, sp_tokens
     return sp_spm_tokenize(t, text, len, t->add_space_prefix, out, err);
 }
 
-int sp_tokenize(const sp_tokenizer *t, const char *text, size_t len, bool add_bos,
-                bool parse_special, sp_tokens *out, sp_err *err) {
+static int tk_tokenize(const sp_tokenizer *t, const char *text, size_t len, bool add_bos,
+                       bool parse_special, const uint8_t *plain, sp_tokens *out, sp_err *err) {
     if (!text && len) return sp_err_set(err, "tokenize: NULL text");
     if (add_bos && t->bos >= 0) sp_tokens_push(out, t->bos);
     if (len == 0) return 0;
-    int32_t *match = tk_partition(t, text, len, parse_special);
+    int32_t *match = tk_partition(t, text, len, parse_special, plain);
     size_t raw = 0, p = 0;
     int rc = 0;
     while (match && p < len && rc == 0) {
@@ -80,4 +83,14 @@ int sp_tokenize(const sp_tokenizer *t, const char *text, size_t len, bool add_bo
     free(match);
     if (rc) sp_err_prefix(err, "tokenize");
     return rc;
+}
+
+int sp_tokenize(const sp_tokenizer *t, const char *text, size_t len, bool add_bos,
+                bool parse_special, sp_tokens *out, sp_err *err) {
+    return tk_tokenize(t, text, len, add_bos, parse_special, NULL, out, err);
+}
+
+int sp_tokenize_masked(const sp_tokenizer *t, const char *text, size_t len, bool add_bos,
+                       const uint8_t *plain, sp_tokens *out, sp_err *err) {
+    return tk_tokenize(t, text, len, add_bos, true, plain, out, err);
 }

@@ -37,6 +37,9 @@
 
 #include "base/base.h"
 #include "gguf/gguf.h"
+#include "jinja/jinja.h"
+
+#include <jansson.h>
 
 typedef struct sp_tokenizer sp_tokenizer;
 
@@ -87,6 +90,13 @@ bool sp_tokenizer_is_control(const sp_tokenizer *t, int32_t id);
  * contain NUL bytes. */
 int sp_tokenize(const sp_tokenizer *t, const char *text, size_t len, bool add_bos,
                 bool parse_special, sp_tokens *out, sp_err *err);
+/* As sp_tokenize with parse_special, except that where any byte of a
+ * control token's text has plain[i] != 0 (text that came from a message,
+ * not from the chat template) it is read as without parse_special.  The stretches between special
+ * tokens are tokenized whole, so without special-token text in the plain
+ * bytes the ids equal sp_tokenize(parse_special = true). */
+int sp_tokenize_masked(const sp_tokenizer *t, const char *text, size_t len, bool add_bos,
+                       const uint8_t *plain, sp_tokens *out, sp_err *err);
 
 /* The bytes a token stands for (byte-level BPE decoded, "▁" -> " ",
  * <0xXX> -> that byte; user-defined tokens as their text).  Control and
@@ -127,55 +137,77 @@ size_t sp_detok_push(sp_detok *d, const sp_tokenizer *t, int32_t id, bool render
 size_t sp_detok_flush(sp_detok *d, char *out, size_t cap);
 
 /* ------------------------------------------------------------------------
- * Chat templates.  The format is chosen from `tokenizer.chat_template` when
- * present (recognised by its markers), else from the architecture.
+ * Chat templates (chat.c).  Every template is Jinja, rendered by the jinja
+ * layer: the model's own `tokenizer.chat_template`, a file the user gives,
+ * or a built-in one by name (chatml, gemma, llama3, mistral, phi3, qwen).
+ * Rendered text records which bytes came from the messages, so special
+ * tokens are recognised only where the template wrote them: a message
+ * cannot open or close a turn.
  * ---------------------------------------------------------------------- */
-typedef enum sp_chat_format {
-    SP_CHAT_NONE = 0,   /* raw prompt */
-    SP_CHAT_CHATML,     /* <|im_start|>role\n...<|im_end|>\n  (SmolLM2) */
-    SP_CHAT_GEMMA,      /* <start_of_turn>user\n...<end_of_turn>\n (Gemma; system folded into the first user turn) */
-} sp_chat_format;
-
 typedef struct sp_chat_msg {
-    const char *role;       /* "system", "user", "assistant" */
+    const char *role;       /* "system", "user", "assistant", ... */
     const char *content;
 } sp_chat_msg;
 
-/* A template containing "<|im_start|>" is CHATML, one containing
- * "<start_of_turn>" GEMMA, any other template NONE; without a template,
- * architectures gemma, gemma2 and gemma3 are GEMMA, the rest NONE. */
-sp_chat_format sp_chat_detect(const sp_gguf *g);
-const char *sp_chat_format_name(sp_chat_format f);   /* "none", "chatml", "gemma" */
-/* A built-in template by name ("chatml", "gemma"); -1 for another. */
-int sp_chat_format_parse(const char *name, sp_chat_format *out);
-/* Renders messages (and, if add_generation_prompt, the opening of the
- * assistant turn) into a newly malloc'd string owned by the caller (*out is
- * NULL on error).  BOS is not part of the text.  Roles other than system,
- * user and assistant, a NULL role/content, or a format of NONE give -1 +
- * err.  default_system, if not NULL, is used when there are messages and
- * the first is not a system message (SmolLM2's template does this).
- * GEMMA follows Gemma 3's template: a system message may only come first
- * and is prepended to the first user turn as "{system}\n\n" (with no user
- * turn it does not appear); contents are trimmed of surrounding
- * whitespace; after it, roles must alternate user/assistant starting with
- * user (else -1 + err). */
-int sp_chat_render(sp_chat_format f, const sp_chat_msg *msgs, int n_msgs,
-                   bool add_generation_prompt, const char *default_system, char **out,
-                   sp_err *err);
-/* Renders as sp_chat_render and appends the prompt's ids to out (BOS first
- * if add_bos and the vocabulary has one).  Only the template's own markers
- * (<|im_start|>, <|im_end|>, <start_of_turn>, <end_of_turn>) become special
- * tokens; roles, message contents and the default system prompt are plain
- * text, so special-token text inside a message stays literal and a message
- * cannot open or close a turn.  Without such text the ids equal those of
- * sp_tokenize(rendered, parse_special = true). */
-int sp_chat_tokenize(const sp_tokenizer *t, sp_chat_format f, const sp_chat_msg *msgs, int n_msgs,
-                     bool add_generation_prompt, const char *default_system, bool add_bos,
-                     sp_tokens *out, sp_err *err);
+typedef struct sp_chat_tmpl sp_chat_tmpl;
+
+/* "chatml, gemma, llama3, mistral, phi3, qwen" */
+const char *sp_chat_builtin_names(void);
+/* The Jinja source of a built-in template, or NULL for another name. */
+const char *sp_chat_builtin_source(const char *name);
+/* Parses template source (n bytes) known as `name` (for messages); bos and
+ * eos are the texts the template sees as bos_token/eos_token (NULL = "").
+ * NULL + err naming the line and construct when it cannot be rendered. */
+sp_chat_tmpl *sp_chat_tmpl_parse(const char *name, const char *src, size_t n, const char *bos,
+                                 const char *eos, sp_err *err);
+/* The template for a model: the built-in `name` or the source `src` when
+ * one is given (src wins; its name is src_name), else the file's
+ * tokenizer.chat_template, else the architecture's built-in (gemma for
+ * gemma*).  bos/eos texts come from the vocabulary.  Returns 0 with *out
+ * NULL when the model has no template (a raw-prompt model), -1 + err when
+ * the name is unknown or the template does not parse. */
+int sp_chat_tmpl_for_model(const sp_gguf *g, const sp_tokenizer *t, const char *name, const char *src,
+                           const char *src_name, sp_chat_tmpl **out, sp_err *err);
+void sp_chat_tmpl_free(sp_chat_tmpl *ct);
+/* "gguf" (the model's own), a built-in name, or the source's name. */
+const char *sp_chat_tmpl_name(const sp_chat_tmpl *ct);
+/* The Jinja source (as llama-server's /props reports it). */
+const char *sp_chat_tmpl_source(const sp_chat_tmpl *ct);
+
+/* Renders with the variables `data` (an object: messages, tools and other
+ * request values; their strings count as message text) and `markup` (an
+ * object whose strings count as template text; bos_token, eos_token and
+ * add_generation_prompt are added unless present).  now: strftime_now's
+ * time (seconds since the epoch, < 0 = the clock).  The text is exactly
+ * the template's output (a BOS text included). */
+int sp_chat_tmpl_apply(const sp_chat_tmpl *ct, json_t *data, json_t *markup, bool add_generation_prompt,
+                       int64_t now, sp_jinja_out *out, sp_err *err);
+/* Messages as JSON ({role, content} objects), tools a JSON array or NULL
+ * (the template sees `tools` = none).  When the vocabulary adds BOS
+ * itself (add_bos), a BOS text the template writes at the start is
+ * removed, so the prompt does not begin with two. */
+int sp_chat_tmpl_render_json(const sp_chat_tmpl *ct, json_t *messages, json_t *tools, bool add_generation_prompt,
+                             sp_jinja_out *out, sp_err *err);
+/* The same for role/content messages (NULL role or content: -1 + err),
+ * into a malloc'd string. */
+int sp_chat_render(const sp_chat_tmpl *ct, const sp_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
+                   char **out, sp_err *err);
+/* Renders and appends the prompt's ids (BOS first if add_bos and the
+ * vocabulary has one).  Special-token text inside a message stays literal;
+ * without such text the ids equal sp_tokenize(rendered, parse_special). */
+int sp_chat_tokenize_json(const sp_chat_tmpl *ct, const sp_tokenizer *t, json_t *messages, json_t *tools,
+                          bool add_generation_prompt, bool add_bos, sp_tokens *out, sp_err *err);
+int sp_chat_tokenize(const sp_chat_tmpl *ct, const sp_tokenizer *t, const sp_chat_msg *msgs, int n_msgs,
+                     bool add_generation_prompt, bool add_bos, sp_tokens *out, sp_err *err);
+/* role/content messages as a JSON array (new reference); NULL + err on a
+ * NULL role or content. */
+json_t *sp_chat_msgs_json(const sp_chat_msg *msgs, int n_msgs, sp_err *err);
+
 /* The default system prompt the file's template inserts when the first
  * message is not a system one (a literal "<|im_start|>system\n...<|im_end|>"
  * guarded by "!= 'system'"), copied into buf; NULL if there is none or it
- * does not fit in cap bytes with its NUL. */
+ * does not fit in cap bytes with its NUL.  (The tool-call prompt of the
+ * server keeps it when it adds its own system message.) */
 const char *sp_chat_default_system(const sp_gguf *g, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------------

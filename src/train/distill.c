@@ -209,9 +209,12 @@ static char *make_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, cons
         sprintf(user, "%s\n\n%s", ask, snip);
     }
     const sp_chat_msg msg = { "user", user };
-    char sys[1024], *text = NULL;
-    (void)tok;
-    const int rc = sp_chat_render(sp_chat_detect(g), &msg, 1, true, sp_chat_default_system(g, sys, sizeof sys), &text, err);
+    char *text = NULL;
+    sp_chat_tmpl *ct = NULL;
+    int rc = sp_chat_tmpl_for_model(g, tok, NULL, NULL, NULL, &ct, err);
+    if (!rc && !ct) rc = sp_err_set(err, "the model has no chat template (train on text only)");
+    if (!rc) rc = sp_chat_render(ct, &msg, 1, true, &text, err);
+    sp_chat_tmpl_free(ct);
     free(user);
     return rc ? NULL : text;
 }

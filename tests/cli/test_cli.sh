@@ -47,9 +47,9 @@ rm -f "$tmp/type.gguf"
 
 # info
 "$BIN" info -m smollm2-135m > "$tmp/i" 2>&1
-check "info smollm2: llama, 30 layers, BPE, chatml" bash -c "grep -q 'architecture:  llama' $tmp/i && grep -q 'layers:        30' $tmp/i && grep -q 'gpt2' $tmp/i && grep -q 'chatml' $tmp/i"
+check "info smollm2: llama, 30 layers, BPE, its own chat template" bash -c "grep -q 'architecture:  llama' $tmp/i && grep -q 'layers:        30' $tmp/i && grep -q 'gpt2' $tmp/i && grep -q 'chat template: the file.s tokenizer.chat_template' $tmp/i"
 "$BIN" info -m gemma3-270m > "$tmp/i" 2>&1
-check "info gemma3: gemma3, 18 layers, sliding window, gemma template" bash -c "grep -q 'architecture:  gemma3' $tmp/i && grep -q 'layers:        18' $tmp/i && grep -q 'window 512' $tmp/i && grep -q 'chat template: gemma' $tmp/i"
+check "info gemma3: gemma3, 18 layers, sliding window, gemma template" bash -c "grep -q 'architecture:  gemma3' $tmp/i && grep -q 'layers:        18' $tmp/i && grep -q 'window 512' $tmp/i && grep -q 'chat template: built-in gemma' $tmp/i"
 
 # kernels and packed weights: info names the level; packing keeps the
 # resident memory of a run within 5% of the plain mapped layout's

@@ -76,11 +76,11 @@ __attribute__((unused)) static const char *const fx_prompts[] = {
 static inline void fx_prompt(const fixture *f, const char *user, sp_tokens *out) {
     sp_err err;
     sp_chat_msg msg = { "user", user };
-    char *text = NULL, sys[512];
-    assert_int_equal(sp_chat_render(sp_chat_detect(f->m->gguf), &msg, 1, true,
-                                    sp_chat_default_system(f->m->gguf, sys, sizeof sys), &text, &err), 0);
-    assert_int_equal(sp_tokenize(f->tok, text, strlen(text), sp_tokenizer_add_bos(f->tok), true, out, &err), 0);
-    free(text);
+    sp_chat_tmpl *ct = NULL;
+    assert_int_equal(sp_chat_tmpl_for_model(f->m->gguf, f->tok, NULL, NULL, NULL, &ct, &err), 0);
+    assert_non_null(ct);
+    assert_int_equal(sp_chat_tokenize(ct, f->tok, &msg, 1, true, sp_tokenizer_add_bos(f->tok), out, &err), 0);
+    sp_chat_tmpl_free(ct);
 }
 
 /* A one-slot context of n_ctx tokens on the fixture's pool, with the

@@ -41,35 +41,61 @@ def props(srv):
     return json.loads(body)
 
 
+def gguf_with_template(src, path, template):
+    r = subprocess.run([os.path.join(ROOT, ".venv", "bin", "gguf-new-metadata"), src, path, "--force",
+                        "--chat-template", template], capture_output=True, text=True)
+    tap(r.returncode == 0, "gguf-new-metadata wrote a copy with another chat template", r.stderr[-500:])
+    return r.returncode == 0
+
+
+def apply_template(srv, body):
+    st, _, out = post(srv, "/apply-template", body)
+    return st, json.loads(out)
+
+
 def template_checks(reference):
-    """A model whose chat template specula cannot render: a warning at
-    start, chat requests refused with a 400 that says why; --chat-template
-    chatml renders them as the original SmolLM2 file does."""
+    """Chat templates: a model's own Jinja template is rendered (a copy of
+    SmolLM2 carrying another one); one that cannot be rendered gives a
+    warning at start and chat requests a 400 that says why;
+    --chat-template NAME|FILE overrides it."""
     src = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specula", "models",
                        "SmolLM2-135M-Instruct.Q4_1.gguf")
     tmp = tempfile.mkdtemp(prefix="specula-tmpl-")
-    path = os.path.join(tmp, "smol-other-template.gguf")
+    other = os.path.join(tmp, "smol-other-template.gguf")
+    broken = os.path.join(tmp, "smol-broken-template.gguf")
     try:
-        r = subprocess.run([os.path.join(ROOT, ".venv", "bin", "gguf-new-metadata"), src, path, "--force",
-                            "--chat-template", "{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}"],
-                           capture_output=True, text=True)
-        if r.returncode:
-            tap(False, "gguf-new-metadata wrote a copy with another chat template", r.stderr[-500:])
+        if not gguf_with_template(src, other, "{% for m in messages %}[{{ m.role | upper }}] {{ m.content }}\n"
+                                              "{% endfor %}{% if add_generation_prompt %}[ASSISTANT]{% endif %}"):
             return
-        srv = Server("--api-key", KEY, "-m", path)
+        srv = Server("--api-key", KEY, "-m", other)
+        try:
+            check("the model's own Jinja template renders chat requests (/apply-template shows the prompt)",
+                  lambda: apply_template(srv, {"messages": MSGS}) ==
+                  (200, {"prompt": "".join(f"[{m['role'].upper()}] {m['content']}\n" for m in MSGS) + "[ASSISTANT]"}))
+            check("a chat request with it is answered (200)", lambda: isinstance(chat(srv, temperature=0), str))
+            check("/props reports the template's source",
+                  lambda: props(srv)["chat_template"].startswith("{% for m in messages %}"))
+            srv.stop()
+            srv.check_sanitizer()
+        finally:
+            srv.stop(signal.SIGKILL)
+        if not gguf_with_template(src, broken, "{% for m in messages %}{{ m.content | wordwrap }}{% endfor %}"):
+            return
+        srv = Server("--api-key", KEY, "-m", broken)
         try:
             def refused():
                 st, _, body = post(srv, "/v1/chat/completions", {"messages": MSGS, "max_tokens": 4})
                 err = json.loads(body)["error"]
                 ok = post(srv, "/v1/completions", {"prompt": "Once upon", "max_tokens": 4})[0] == 200
                 return (st == 400 and err["code"] == "no_chat_template" and "--chat-template" in err["message"]
-                        and ok and "warning: the model's chat template" in srv.text())
-            check("an unknown chat template: a warning at start, chat requests a 400 saying why, completions work",
-                  refused)
+                        and "wordwrap" in err["message"] and ok and
+                        "warning: the model's chat template cannot be rendered" in srv.text())
+            check("a template that cannot be rendered: a warning at start, chat requests a 400 naming the "
+                  "construct, completions work", refused)
             srv.stop()
         finally:
             srv.stop(signal.SIGKILL)
-        srv = Server("--api-key", KEY, "-m", path, "--chat-template", "chatml")
+        srv = Server("--api-key", KEY, "-m", broken, "--chat-template", "chatml")
         try:
             check("--chat-template chatml renders chat requests as the original file's template does",
                   lambda: chat(srv, temperature=0, messages=SYS_MSGS) == reference)
@@ -77,10 +103,28 @@ def template_checks(reference):
             srv.check_sanitizer()
         finally:
             srv.stop(signal.SIGKILL)
+        tfile = os.path.join(tmp, "mine.jinja")
+        with open(tfile, "w") as f:
+            f.write("{%- for m in messages -%}<{{ m.role }}>{{ m.content | trim }}{%- endfor -%}")
+        srv = Server("--api-key", KEY, "-m", broken, "--chat-template", tfile)
+        try:
+            check("--chat-template FILE renders with the file",
+                  lambda: apply_template(srv, {"messages": [{"role": "user", "content": " hi "}]}) ==
+                  (200, {"prompt": "<user>hi"}))
+            srv.stop()
+        finally:
+            srv.stop(signal.SIGKILL)
+        with open(tfile, "w") as f:
+            f.write("{% include 'other.jinja' %}")
+        r = subprocess.run([BIN, "serve", "-m", "smollm2-135m", "--chat-template", tfile], capture_output=True,
+                           text=True, timeout=120)
+        tap(r.returncode != 0 and "include" in r.stderr, "--chat-template FILE with an unsupported construct "
+            "does not start and names it", r.stderr[-400:])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     r = subprocess.run([BIN, "serve", "--chat-template", "llama99"], capture_output=True, text=True)
-    tap(r.returncode == 2 and "chatml" in r.stderr, "--chat-template with an unknown name exits 2", r.stderr)
+    tap(r.returncode == 2 and "chatml" in r.stderr and "neither built in" in r.stderr,
+        "--chat-template with an unknown name (and no such file) exits 2", r.stderr)
 
 
 def main():
@@ -100,7 +144,7 @@ def main():
               llama_defaults)
         check("/props: slots, context, chat template, speculation default",
               lambda: (lambda j: j["total_slots"] == 4 and j["default_generation_settings"]["n_ctx"] > 0 and
-                       j["chat_template"] == "chatml" and j["speculative"]["method"] == "ngram")(props(plain)))
+                       "<|im_start|>" in j["chat_template"] and j["speculative"]["method"] == "ngram")(props(plain)))
         check("a request without sampling fields samples with the defaults (equal to naming them)",
               lambda: chat(plain) == chat(plain, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=42))
 

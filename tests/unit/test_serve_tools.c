@@ -209,9 +209,12 @@ static void test_tool_messages(void **state) {
     assert_int_equal(parse_chat(body, &r, &e), 0);
     char *out = NULL;
     sp_err err;
-    assert_int_equal(sp_chat_render(SP_CHAT_GEMMA, r.msgs, r.n_msgs, true, NULL, &out, &err), 0);
+    sp_chat_tmpl *gemma = NULL;
+    assert_int_equal(sp_chat_tmpl_for_model(NULL, NULL, "gemma", NULL, NULL, &gemma, &err), 0);
+    assert_int_equal(sp_chat_render(gemma, r.msgs, r.n_msgs, true, &out, &err), 0);
     assert_non_null(strstr(out, "<start_of_turn>user\n<tool_response>\n18 C"));
     free(out);
+    sp_chat_tmpl_free(gemma);
     sp_req_free(&r);
 
 #define MSG_ERR(m, want) expect_400(SP_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, " m "]}", "messages", want)

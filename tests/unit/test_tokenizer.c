@@ -547,59 +547,99 @@ static void test_detok_invalid(void **state) {
 /* ------------------------------------------------------------------------
  * Chat templates
  * ---------------------------------------------------------------------- */
+static sp_chat_tmpl *builtin(const char *name) {
+    sp_chat_tmpl *ct = NULL;
+    sp_err e;
+    assert_int_equal(sp_chat_tmpl_for_model(NULL, NULL, name, NULL, NULL, &ct, &e), 0);
+    assert_non_null(ct);
+    assert_string_equal(sp_chat_tmpl_name(ct), name);
+    return ct;
+}
+
 static void test_chat_chatml(void **state) {
     (void)state;
     char *p;
     sp_err e = { { 0 } };
+    sp_chat_tmpl *ct = builtin("chatml");
     sp_chat_msg m1[] = { { "user", "hi" } };
-    assert_int_equal(sp_chat_render(SP_CHAT_CHATML, m1, 1, true, "Be nice.", &p, &e), 0);
-    assert_string_equal(p, "<|im_start|>system\nBe nice.<|im_end|>\n"
-                           "<|im_start|>user\nhi<|im_end|>\n"
-                           "<|im_start|>assistant\n");
+    assert_int_equal(sp_chat_render(ct, m1, 1, true, &p, &e), 0);
+    assert_string_equal(p, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     free(p);
     sp_chat_msg m2[] = { { "system", "S" }, { "user", "q" }, { "assistant", "a" } };
-    assert_int_equal(sp_chat_render(SP_CHAT_CHATML, m2, 3, false, "Be nice.", &p, &e), 0);
+    assert_int_equal(sp_chat_render(ct, m2, 3, false, &p, &e), 0);
     assert_string_equal(p, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nq<|im_end|>\n"
                            "<|im_start|>assistant\na<|im_end|>\n");
     free(p);
-    assert_int_equal(sp_chat_render(SP_CHAT_CHATML, m1, 1, false, NULL, &p, &e), 0);
-    assert_string_equal(p, "<|im_start|>user\nhi<|im_end|>\n");
-    free(p);
-    sp_chat_msg bad[] = { { "robot", "x" } };
-    assert_int_equal(sp_chat_render(SP_CHAT_CHATML, bad, 1, true, NULL, &p, &e), -1);
+    sp_chat_msg null_role[] = { { NULL, "x" } };
+    assert_int_equal(sp_chat_render(ct, null_role, 1, true, &p, &e), -1);
     assert_null(p);
-    assert_non_null(strstr(e.msg, "robot"));
+    assert_non_null(strstr(e.msg, "role"));
+    sp_chat_tmpl_free(ct);
+    /* qwen: ChatML with its default system prompt, unless one is given */
+    ct = builtin("qwen");
+    assert_int_equal(sp_chat_render(ct, m1, 1, true, &p, &e), 0);
+    assert_string_equal(p, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+                           "assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    free(p);
+    sp_chat_tmpl_free(ct);
 }
 
 static void test_chat_gemma(void **state) {
     (void)state;
     char *p;
     sp_err e = { { 0 } };
+    sp_chat_tmpl *ct = builtin("gemma");
     sp_chat_msg m[] = { { "system", "Be brief." }, { "user", "  hi\n" }, { "assistant", "hello" },
                         { "user", "bye" } };
-    assert_int_equal(sp_chat_render(SP_CHAT_GEMMA, m, 4, true, NULL, &p, &e), 0);
+    assert_int_equal(sp_chat_render(ct, m, 4, true, &p, &e), 0);
     assert_string_equal(p, "<start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n"
                            "<start_of_turn>model\nhello<end_of_turn>\n"
                            "<start_of_turn>user\nbye<end_of_turn>\n"
                            "<start_of_turn>model\n");
     free(p);
-    assert_int_equal(sp_chat_render(SP_CHAT_GEMMA, m + 1, 1, false, NULL, &p, &e), 0);
+    assert_int_equal(sp_chat_render(ct, m + 1, 1, false, &p, &e), 0);
     assert_string_equal(p, "<start_of_turn>user\nhi<end_of_turn>\n");
     free(p);
     /* roles must alternate, starting with user; system only first */
     sp_chat_msg two_users[] = { { "user", "a" }, { "user", "b" } };
-    assert_int_equal(sp_chat_render(SP_CHAT_GEMMA, two_users, 2, true, NULL, &p, &e), -1);
+    assert_int_equal(sp_chat_render(ct, two_users, 2, true, &p, &e), -1);
     assert_non_null(strstr(e.msg, "alternate"));
     sp_chat_msg model_first[] = { { "assistant", "a" } };
-    assert_int_equal(sp_chat_render(SP_CHAT_GEMMA, model_first, 1, true, NULL, &p, &e), -1);
+    assert_int_equal(sp_chat_render(ct, model_first, 1, true, &p, &e), -1);
     sp_chat_msg late_system[] = { { "user", "a" }, { "system", "b" } };
-    assert_int_equal(sp_chat_render(SP_CHAT_GEMMA, late_system, 2, true, NULL, &p, &e), -1);
+    assert_int_equal(sp_chat_render(ct, late_system, 2, true, &p, &e), -1);
     assert_non_null(strstr(e.msg, "system"));
-    assert_int_equal(sp_chat_render(SP_CHAT_NONE, m, 4, true, NULL, &p, &e), -1);
     sp_chat_msg null_content[] = { { "user", NULL } };
-    assert_int_equal(sp_chat_render(SP_CHAT_GEMMA, null_content, 1, true, NULL, &p, &e), -1);
-    assert_string_equal(sp_chat_format_name(SP_CHAT_GEMMA), "gemma");
-    assert_string_equal(sp_chat_format_name(SP_CHAT_CHATML), "chatml");
+    assert_int_equal(sp_chat_render(ct, null_content, 1, true, &p, &e), -1);
+    sp_chat_tmpl_free(ct);
+}
+
+/* The other built-ins render the formats of their families. */
+static void test_chat_builtins(void **state) {
+    (void)state;
+    sp_chat_msg m[] = { { "system", "S" }, { "user", "q" }, { "assistant", "a" }, { "user", "r" } };
+    static const struct { const char *name, *want; } cases[] = {
+        { "llama3", "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user"
+                    "<|end_header_id|>\n\nq<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\na<|eot_id|>"
+                    "<|start_header_id|>user<|end_header_id|>\n\nr<|eot_id|><|start_header_id|>assistant"
+                    "<|end_header_id|>\n\n" },
+        { "mistral", "[INST] q[/INST] a[INST] S\n\nr[/INST]" },
+        { "phi3", "<|system|>\nS<|end|>\n<|user|>\nq<|end|>\n<|assistant|>\na<|end|>\n<|user|>\nr<|end|>\n"
+                  "<|assistant|>\n" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sp_chat_tmpl *ct = builtin(cases[i].name);
+        char *p;
+        assert_int_equal(sp_chat_render(ct, m, 4, true, &p, NULL), 0);
+        assert_string_equal(p, cases[i].want);
+        free(p);
+        sp_chat_tmpl_free(ct);
+    }
+    sp_chat_tmpl *ct = NULL;
+    sp_err e;
+    assert_int_equal(sp_chat_tmpl_for_model(NULL, NULL, "vicuna", NULL, NULL, &ct, &e), -1);
+    assert_null(ct);
+    assert_non_null(strstr(e.msg, "chatml, gemma, llama3"));
 }
 
 static const char SMOL_TEMPLATE[] =
@@ -623,23 +663,46 @@ static sp_gguf *chat_gguf(const char *arch, const char *tpl, uint8_t **mem) {
 
 static void test_chat_detect(void **state) {
     (void)state;
-    struct { const char *arch, *tpl; sp_chat_format want; } cases[] = {
-        { "llama", SMOL_TEMPLATE, SP_CHAT_CHATML },
-        { "llama", "{{ '<start_of_turn>' + role }}", SP_CHAT_GEMMA },
-        { "gemma3", NULL, SP_CHAT_GEMMA },
-        { "gemma2", NULL, SP_CHAT_GEMMA },
-        { "gemma", NULL, SP_CHAT_GEMMA },
-        { "llama", NULL, SP_CHAT_NONE },
-        { NULL, NULL, SP_CHAT_NONE },
-        { "gemma3", "{{ messages }}", SP_CHAT_NONE }, /* a template we do not know */
+    /* which template a file gets: its own, else its architecture's, else none */
+    struct { const char *arch, *tpl, *want; } cases[] = {
+        { "llama", SMOL_TEMPLATE, "gguf" },
+        { "gemma3", "{{ messages }}", "gguf" },
+        { "gemma3", NULL, "gemma" },
+        { "gemma2", NULL, "gemma" },
+        { "gemma", NULL, "gemma" },
+        { "llama", NULL, NULL },
+        { NULL, NULL, NULL },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint8_t *mem;
         sp_gguf *g = chat_gguf(cases[i].arch, cases[i].tpl, &mem);
-        assert_int_equal(sp_chat_detect(g), cases[i].want);
+        sp_chat_tmpl *ct = (sp_chat_tmpl *)1;
+        sp_err e;
+        assert_int_equal(sp_chat_tmpl_for_model(g, NULL, NULL, NULL, NULL, &ct, &e), 0);
+        if (cases[i].want) assert_string_equal(sp_chat_tmpl_name(ct), cases[i].want);
+        else assert_null(ct);
+        sp_chat_tmpl_free(ct);
         sp_gguf_close(g);
         free(mem);
     }
+    /* a template that does not parse is an error naming the line and construct */
+    uint8_t *bmem;
+    sp_gguf *bg = chat_gguf("llama", "{% for m in messages %}{{ m | wordwrap }}{% endfor %}", &bmem);
+    sp_chat_tmpl *bad = NULL;
+    sp_err be;
+    assert_int_equal(sp_chat_tmpl_for_model(bg, NULL, NULL, NULL, NULL, &bad, &be), -1);
+    assert_null(bad);
+    assert_non_null(strstr(be.msg, "line 1"));
+    assert_non_null(strstr(be.msg, "wordwrap"));
+    /* a name or a source given wins over the file's */
+    assert_int_equal(sp_chat_tmpl_for_model(bg, NULL, "chatml", NULL, NULL, &bad, &be), 0);
+    assert_string_equal(sp_chat_tmpl_name(bad), "chatml");
+    sp_chat_tmpl_free(bad);
+    assert_int_equal(sp_chat_tmpl_for_model(bg, NULL, NULL, "{{ messages | length }}", "mine.jinja", &bad, &be), 0);
+    assert_string_equal(sp_chat_tmpl_name(bad), "mine.jinja");
+    sp_chat_tmpl_free(bad);
+    sp_gguf_close(bg);
+    free(bmem);
     uint8_t *mem;
     char buf[128];
     sp_gguf *g = chat_gguf("llama", SMOL_TEMPLATE, &mem);
@@ -761,6 +824,7 @@ int main(void) {
         cmocka_unit_test(test_detok_invalid),
         cmocka_unit_test(test_chat_chatml),
         cmocka_unit_test(test_chat_gemma),
+        cmocka_unit_test(test_chat_builtins),
         cmocka_unit_test(test_chat_detect),
         cmocka_unit_test(test_bad_vocab),
         cmocka_unit_test(test_long_inputs),
