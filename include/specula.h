@@ -93,11 +93,12 @@ typedef struct specula_chat_message {
     const char *content;
 } specula_chat_message;
 
-/* Renders a conversation with the model's chat template (the template's
- * default system message is used when the first message is not one) and,
- * with add_assistant, the opening of the assistant's turn.  Writes the
+/* Renders a conversation with the model's chat template (its Jinja
+ * tokenizer.chat_template; a Gemma file without one gets Gemma's turns)
+ * and, with add_assistant, the opening of the assistant's turn.  Writes the
  * text NUL-terminated into buf (cut to cap - 1 bytes); returns its full
- * length, or -1 + err (no known template, bad roles). */
+ * length, or -1 + err (no template, one that cannot be rendered, a message
+ * without role or content, an error the template raises). */
 int specula_chat_apply(const specula_model *m, const specula_chat_message *msgs, int n, bool add_assistant,
                        char *buf, size_t cap, specula_error *err);
 

@@ -12,6 +12,7 @@
 
 static const char template_help[] =
     "usage: specula template [-m MODEL] [--chat-template NAME|FILE] --input FILE.json [--tokens]\n"
+    "       specula template [-m MODEL] [--chat-template NAME|FILE] --source\n"
     "\n"
     "Renders a chat template and prints the text exactly (no newline added).\n"
     "The input is one JSON object: \"messages\" (the OpenAI-style list), and\n"
@@ -25,6 +26,7 @@ static const char template_help[] =
     "                               phi3, qwen) or a Jinja file; default: the model's\n"
     "      --input FILE             the JSON object above ('-' = standard input)\n"
     "      --tokens                 print the prompt's token ids instead (needs -m)\n"
+    "      --source                 print the template's Jinja source instead (no --input)\n"
     "  -h, --help                   this help\n";
 
 int sp_cli_chat_template(const sp_gguf *g, const sp_tokenizer *t, const char *arg, sp_chat_tmpl **out,
@@ -84,7 +86,7 @@ static int split_vars(json_t *in, json_t **data, json_t **markup, bool *gen, int
 
 int sp_cmd_template(int argc, char **argv) {
     const char *model = NULL, *tmpl = NULL, *input = NULL;
-    bool tokens = false;
+    bool tokens = false, source = false;
     sp_args a = { "template", argc, argv, 1 };
     for (; a.i < argc; a.i++) {
         if (sp_arg_is(&a, "-h|--help")) { fputs(template_help, stdout); return 0; }
@@ -92,9 +94,11 @@ int sp_cmd_template(int argc, char **argv) {
         else if (sp_arg_is(&a, "--chat-template")) { if (!sp_arg_str(&a, &tmpl)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--input")) { if (!sp_arg_str(&a, &input)) return SP_EXIT_USAGE; }
         else if (sp_arg_is(&a, "--tokens")) tokens = true;
+        else if (sp_arg_is(&a, "--source")) source = true;
         else return sp_arg_unknown(&a);
     }
-    if (!input) return sp_usage_error("template", "--input FILE.json is required");
+    if (!input && !source) return sp_usage_error("template", "--input FILE.json is required");
+    if (input && source) return sp_usage_error("template", "--source takes no --input");
     if (!model && !tmpl) return sp_usage_error("template", "give -m MODEL or --chat-template NAME|FILE");
     if (tokens && !model) return sp_usage_error("template", "--tokens needs -m MODEL");
 
@@ -114,6 +118,11 @@ int sp_cmd_template(int argc, char **argv) {
     }
     if (sp_cli_chat_template(g, tok, tmpl, &ct, &err)) goto done;
     if (!ct) { sp_err_set(&err, "the model has no chat template: give --chat-template NAME|FILE"); goto done; }
+    if (source) {
+        fputs(sp_chat_tmpl_source(ct), stdout);
+        rc = 0;
+        goto done;
+    }
     if (!(in = read_input(input, &err))) goto done;
     bool gen;
     int64_t now;

@@ -359,10 +359,12 @@ static void exec_for(jj_ctx *c, const jnode *n) {
     lp->items = items;
     jv *loop = jv_new(c, JV_LOOP);
     loop->u.loop = lp;
-    jj_frame *outer = c->frame;
+    jj_frame *iter = frame_push(c, c->frame);
     for (size_t i = 0; i < items->u.list.n; i++) {
-        /* each iteration has its own scope: a set does not reach the next one */
-        c->frame = frame_push(c, outer);
+        /* each iteration has its own scope: a set does not reach the next
+         * one (the frame is emptied, its arrays reused) */
+        iter->n = 0;
+        c->frame = iter;
         lp->idx = i;
         assign(c, n->t, items->u.list.items[i], n->line);
         frame_set(c, c->frame, "loop", loop);

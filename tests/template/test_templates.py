@@ -61,6 +61,9 @@ NOW = 1764767045
 # its error message names.
 UNSUPPORTED = {}
 
+# specula's own built-in templates, rendered by jinja2 too
+BUILTINS = ["chatml", "gemma", "llama3", "mistral", "phi3", "qwen"]
+
 # Special tokens of the model family a template belongs to (substring of
 # the file name -> (bos, eos)); the first match wins, else <s> / </s>.
 TOKENS = [
@@ -72,6 +75,7 @@ TOKENS = [
     ("gemma", ("<bos>", "<eos>")),
     ("smollm2", ("<|im_start|>", "<|im_end|>")),
     ("qwen", ("", "<|im_end|>")),
+    ("phi3", ("<s>", "<|endoftext|>")),
     ("hermes", ("", "<|im_end|>")),
     ("granite", ("", "<|end_of_text|>")),
 ]
@@ -316,6 +320,16 @@ def load_templates(tmpdir):
     with open(p, "w", encoding="utf-8") as fh:
         fh.write(src)
     out.append((SMOL_NAME, p, src))
+    # our built-in templates (Gemma's file has none: it renders with builtin-gemma)
+    for b in BUILTINS:
+        r = subprocess.run([BIN, "template", "--chat-template", b, "--source"], capture_output=True, timeout=60)
+        if r.returncode:
+            sys.exit(f"test_templates: {BIN} template --chat-template {b} --source failed: {r.stderr[-300:]!r}")
+        name = f"builtin-{b}.jinja"
+        p = os.path.join(tmpdir, name)
+        with open(p, "wb") as fh:
+            fh.write(r.stdout)
+        out.append((name, p, r.stdout.decode("utf-8")))
     return out
 
 
