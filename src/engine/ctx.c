@@ -46,6 +46,8 @@ struct sp_ctx {
     sp_fwd_seq *fwds;                /* (n_slots) */
     int *fwd_slot;                   /* (n_slots) the slot of fwds[i] */
     int *order;                      /* (n_slots) */
+    int *deferred;                   /* (n_slots) slots whose proposals come from a group call */
+    sp_seq **group;                  /* (n_slots) */
     sp_ctx_pass last;
 };
 
@@ -90,6 +92,8 @@ sp_ctx *sp_ctx_create(const sp_model *m, const sp_tokenizer *tok, const sp_ctx_p
     for (int i = 0; i < o.n_slots; i++) c->slots[i].kv = sp_kv_create_typed(m, o.n_ctx, &o.kv_types);
     c->fwds = sp_xcalloc((size_t)o.n_slots, sizeof *c->fwds);
     c->fwd_slot = sp_xcalloc((size_t)o.n_slots, sizeof *c->fwd_slot);
+    c->deferred = sp_xcalloc((size_t)o.n_slots, sizeof *c->deferred);
+    c->group = sp_xcalloc((size_t)o.n_slots, sizeof *c->group);
     c->order = sp_xcalloc((size_t)o.n_slots, sizeof *c->order);
     if (o.cache_bytes) {
         /* what a row depends on besides its tokens: the weights and how
@@ -113,6 +117,8 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->slots);
     free(c->fwds);
     free(c->fwd_slot);
+    free(c->deferred);
+    free(c->group);
     free(c->order);
     sp_gvocab_free(c->gv);
     sp_pcache_free(c->pcache);
@@ -368,16 +374,84 @@ static int prefill_order(const sp_ctx *c, int *order) {
     return n;
 }
 
+/* The drafter slot i's draft would share passes with (one that proposes
+ * in groups), or NULL. */
+static const sp_drafter *group_drafter(const sp_ctx *c, int i) {
+    const sp_draft *d = c->slots[i].draft;
+    return d && d->drafter->ops->propose_group ? d->drafter : NULL;
+}
+
+/* Plans decoding slot i into a pass holding `rows` rows; its proposal may
+ * wait for a group call (may_defer), then it goes to c->deferred and the
+ * rows it asks for count as planned. */
+static int plan_decode_slot(sp_ctx *c, int i, bool may_defer, int rows, double *tokens, int *n, int *nd) {
+    if (!may_defer) return plan_slot(c, i, 0, rows, tokens, n);
+    sp_err e;
+    sp_fwd_seq *f = &c->fwds[*n];
+    sp_seq *q = c->slots[i].seq;
+    bool deferred;
+    if (sp_seq_plan_deferrable(q, 0, rows, *tokens, f, &deferred, &e)) {
+        fail_slot(c, i, e.msg);
+        return 0;
+    }
+    *tokens += sp_seq_planned_tokens(q);
+    if (deferred) {
+        c->deferred[(*nd)++] = i;
+        return sp_seq_deferred(q) + 1;
+    }
+    if (f->n == 0) return 0;
+    c->fwd_slot[(*n)++] = i;
+    return f->n;
+}
+
+/* The deferred slots' proposals, one group call per drafter (the heads of
+ * every sequence drafting with it share their passes), then their windows
+ * join the pass.  Returns the rows the windows have beyond the ones
+ * counted when they were deferred. */
+static int plan_groups(sp_ctx *c, int nd, int *n) {
+    int extra = 0;
+    for (int a = 0; a < nd; a++) {
+        const int first = c->deferred[a];
+        if (first < 0) continue;
+        const sp_drafter *d = group_drafter(c, first);
+        int k = 0;
+        for (int b = a; b < nd; b++) {
+            const int i = c->deferred[b];
+            if (i < 0 || group_drafter(c, i) != d) continue;
+            extra -= sp_seq_deferred(c->slots[i].seq) + 1;
+            c->group[k] = c->slots[i].seq;
+            c->fwd_slot[*n + k++] = i;
+            c->deferred[b] = -1;
+        }
+        sp_err e;
+        if (sp_seq_plan_group(c->group, k, &c->fwds[*n], &e)) {
+            for (int j = 0; j < k; j++) fail_slot(c, c->fwd_slot[*n + j], e.msg);
+            continue;
+        }
+        for (int j = 0; j < k; j++) extra += c->fwds[*n + j].n;
+        *n += k;
+    }
+    return extra;
+}
+
 /* Plans the pass: decoding windows first, each sequence's draft length
  * chosen for the pass as planned so far (more rows make extra draft rows
- * dearer), then prompt chunks within the rest of the row budget.  Returns
- * the sequences planned; *rows_out the rows. */
+ * dearer), then prompt chunks within the rest of the row budget.  Where
+ * two or more decoding sequences draft with one drafter that proposes in
+ * groups, their proposals come from one group call after their lengths
+ * are chosen.  Returns the sequences planned; *rows_out the rows. */
 static int plan_pass(sp_ctx *c, int *rows_out) {
-    int n = 0, rows = 0;
+    int n = 0, rows = 0, nd = 0;
     double tokens = 0.0;
-    for (int i = 0; i < c->p.n_slots; i++)
-        if (running(c, i) && !sp_seq_prefilling(c->slots[i].seq))
-            rows += plan_slot(c, i, 0, rows, &tokens, &n);
+    for (int i = 0; i < c->p.n_slots; i++) {
+        if (!running(c, i) || sp_seq_prefilling(c->slots[i].seq)) continue;
+        const sp_drafter *d = group_drafter(c, i);
+        bool shared = false;
+        for (int j = 0; d && j < c->p.n_slots && !shared; j++)
+            shared = j != i && running(c, j) && !sp_seq_prefilling(c->slots[j].seq) && group_drafter(c, j) == d;
+        rows += plan_decode_slot(c, i, shared, rows, &tokens, &n, &nd);
+    }
+    if (nd) rows += plan_groups(c, nd, &n);
     const int quarter = c->p.batch_rows / 4 > 0 ? c->p.batch_rows / 4 : 1;
     int budget = c->p.batch_rows - rows;
     if (budget < quarter) budget = quarter;

@@ -23,6 +23,7 @@ struct sp_head_ws {
     float *rope_cs;          /* (head_dim) */
     float *scores;           /* (n_head / n_head_kv, n_ctx) */
     void *act;               /* matmul scratch */
+    float *logits;           /* (max_rows, n_vocab_draft): sp_head_forward_rows, made at its first call */
 };
 
 /* ----------------------------------------------------------------------------
@@ -289,6 +290,7 @@ void sp_head_ws_free(sp_head_ws *w) {
     float *bufs[] = { w->e, w->x, w->q, w->k, w->v, w->att, w->h, w->nb, w->tmp, w->hb, w->hb2, w->rope_cs, w->scores };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) sp_free_aligned(bufs[i]);
     sp_free_aligned(w->act);
+    sp_free_aligned(w->logits);
     free(w);
 }
 
@@ -318,48 +320,46 @@ static void head_inputs(const sp_head *h, sp_head_ws *w, const float *g, const i
     }
 }
 
-/* RoPE (adjacent pairs) at each row's position, K/V into the cache, and
- * causal attention over the cache: att (n, n_head * head_dim). */
-static void head_attention(const sp_head *h, sp_head_ws *w, sp_kv *kv, int n) {
+/* RoPE (adjacent pairs) at each row's position, K/V into its cache, and
+ * causal attention over that cache: att (n, n_head * head_dim).  Row i goes
+ * to cache kv[i] at slot pos[i] (rows of one sequence in order; several
+ * sequences' rows in one pass when kv differs). */
+static void head_attention(const sp_head *h, sp_head_ws *w, sp_kv *const *kv, const int *pos, int n) {
     const sp_head_hparams *hp = &h->hp;
     const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const size_t qd = (size_t)hp->n_head * hd, kvd = (size_t)kv->kv_dim;
+    const size_t qd = (size_t)hp->n_head * hd, kvd = (size_t)kv[0]->kv_dim;
     for (int i = 0; i < n; i++) {
-        const int slot = kv->n + i;
+        const int slot = pos[i];
         sp_rope_table(w->rope_cs, hd, slot, hp->rope_base);
         for (int hh = 0; hh < hp->n_head; hh++) sp_rope_apply(w->q + i * qd + (size_t)hh * hd, w->rope_cs, hd, false);
         for (int hh = 0; hh < hp->n_head_kv; hh++)
             sp_rope_apply(w->k + i * kvd + (size_t)hh * hd, w->rope_cs, hd, false);
         for (size_t e = 0; e < kvd; e++) {
-            kv->k[(size_t)slot * kvd + e] = sp_f32_to_f16(w->k[i * kvd + e]);
-            kv->v[(size_t)slot * kvd + e] = sp_f32_to_f16(w->v[i * kvd + e]);
+            kv[i]->k[(size_t)slot * kvd + e] = sp_f32_to_f16(w->k[i * kvd + e]);
+            kv[i]->v[(size_t)slot * kvd + e] = sp_f32_to_f16(w->v[i * kvd + e]);
         }
     }
     const float scale = 1.0f / sqrtf((float)hd);
     for (int i = 0; i < n; i++)
         for (int kvh = 0; kvh < hp->n_head_kv; kvh++) {
             const size_t off = i * qd + (size_t)kvh * group * hd;
-            sp_attn_heads(w->att + off, w->q + off, group, kv->k + (size_t)kvh * hd, kv->v + (size_t)kvh * hd, kvd, hd,
-                          0, kv->n + i + 1, scale, w->scores);
+            sp_attn_heads(w->att + off, w->q + off, group, kv[i]->k + (size_t)kvh * hd, kv[i]->v + (size_t)kvh * hd,
+                          kvd, hd, 0, pos[i] + 1, scale, w->scores);
         }
 }
 
-int sp_head_forward(const sp_head *h, sp_head_ws *w, sp_kv *kv, const float *g, const int32_t *tok, int n,
-                    float *out, float *logits, sp_err *err) {
+/* The layer over n rows whose caches and positions are kv[i], pos[i]:
+ * w->h holds the outputs. */
+static void head_layer(const sp_head *h, sp_head_ws *w, sp_kv *const *kv, const int *pos, const float *g,
+                       const int32_t *tok, int n) {
     const sp_head_hparams *hp = &h->hp;
     const int d = hp->n_embd;
-    if (n <= 0 || n > w->max_rows) return sp_err_set(err, "draft head: %d rows (1 to %d a pass)", n, w->max_rows);
-    if (kv->n + n > kv->n_ctx || kv->n + n > w->n_ctx)
-        return sp_err_set(err, "draft head: its cache is full (%d + %d > %d)", kv->n, n, kv->n_ctx);
-    for (int i = 0; i < n; i++)
-        if (tok[i] < 0 || tok[i] >= h->tok_embd->n_out)
-            return sp_err_set(err, "draft head: token %d out of range", tok[i]);
     /* attention */
     head_inputs(h, w, g, tok, n);
     const sp_matrix *qkv[3] = { &h->wq, &h->wk, &h->wv };
     float *y[3] = { w->q, w->k, w->v };
     sp_matmul_many(qkv, w->x, n, y, 3, w->act, w->pool);
-    head_attention(h, w, kv, n);
+    head_attention(h, w, kv, pos, n);
     matmul(w, &h->wo, w->att, n, w->tmp);
     sp_vec_add(w->h, w->tmp, n * d);
     /* feed-forward */
@@ -370,11 +370,64 @@ int sp_head_forward(const sp_head *h, sp_head_ws *w, sp_kv *kv, const float *g, 
     sp_swiglu(w->hb, w->hb, w->hb2, n * hp->n_ff);
     matmul(w, &h->w_down, w->hb, n, w->tmp);
     sp_vec_add(w->h, w->tmp, n * d);
+}
+
+static int check_tokens(const sp_head *h, const int32_t *tok, int n, sp_err *err) {
+    for (int i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= h->tok_embd->n_out)
+            return sp_err_set(err, "draft head: token %d out of range", tok[i]);
+    return 0;
+}
+
+int sp_head_forward(const sp_head *h, sp_head_ws *w, sp_kv *kv, const float *g, const int32_t *tok, int n,
+                    float *out, float *logits, sp_err *err) {
+    const sp_head_hparams *hp = &h->hp;
+    const int d = hp->n_embd;
+    if (n <= 0 || n > w->max_rows) return sp_err_set(err, "draft head: %d rows (1 to %d a pass)", n, w->max_rows);
+    if (kv->n + n > kv->n_ctx || kv->n + n > w->n_ctx)
+        return sp_err_set(err, "draft head: its cache is full (%d + %d > %d)", kv->n, n, kv->n_ctx);
+    if (check_tokens(h, tok, n, err)) return -1;
+    sp_kv *kvs[SP_HEAD_MAX_ROWS];
+    int pos[SP_HEAD_MAX_ROWS];
+    assert(n <= SP_HEAD_MAX_ROWS);
+    for (int i = 0; i < n; i++) {
+        kvs[i] = kv;
+        pos[i] = kv->n + i;
+    }
+    head_layer(h, w, kvs, pos, g, tok, n);
     kv->n += n;
     memcpy(out, w->h, (size_t)n * d * sizeof(float));
     if (logits) {                    /* the last row through the output norm and LM head */
         sp_rmsnorm(w->nb, w->h + (size_t)(n - 1) * d, h->out_norm, d, hp->rms_eps);
         matmul(w, &h->output, w->nb, 1, logits);
     }
+    return 0;
+}
+
+int sp_head_forward_rows(const sp_head *h, sp_head_ws *w, sp_kv *const *kv, const float *g, const int32_t *tok,
+                         int n, float *const *out, float *const *logits, sp_err *err) {
+    const sp_head_hparams *hp = &h->hp;
+    const int d = hp->n_embd, V = hp->n_vocab_draft;
+    if (n <= 0 || n > w->max_rows) return sp_err_set(err, "draft head: %d rows (1 to %d a pass)", n, w->max_rows);
+    int pos[SP_HEAD_MAX_ROWS];
+    assert(n <= SP_HEAD_MAX_ROWS);
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < i; j++) assert(kv[j] != kv[i]);   /* one row per cache */
+        if (kv[i]->n + 1 > kv[i]->n_ctx || kv[i]->n + 1 > w->n_ctx)
+            return sp_err_set(err, "draft head: its cache is full (%d + 1 > %d)", kv[i]->n, kv[i]->n_ctx);
+        pos[i] = kv[i]->n;
+    }
+    if (check_tokens(h, tok, n, err)) return -1;
+    head_layer(h, w, kv, pos, g, tok, n);
+    for (int i = 0; i < n; i++) {
+        kv[i]->n++;
+        memcpy(out[i], w->h + (size_t)i * d, (size_t)d * sizeof(float));
+        sp_rmsnorm(w->nb + (size_t)i * d, w->h + (size_t)i * d, h->out_norm, d, hp->rms_eps);
+    }
+    /* the LM head over all rows at once, then each row's logits to its owner */
+    if (!w->logits) w->logits = sp_alloc_aligned((size_t)w->max_rows * (size_t)V * sizeof(float));
+    float *all = w->logits;
+    matmul(w, &h->output, w->nb, n, all);
+    for (int i = 0; i < n; i++) memcpy(logits[i], all + (size_t)i * V, (size_t)V * sizeof(float));
     return 0;
 }

@@ -302,8 +302,16 @@ void sp_head_fuse(const sp_head *h, sp_head_ws *w, const float *taps, int n, flo
  * (n, d) and, when logits is not NULL, the draft-vocabulary logits of the
  * last row (n_vocab_draft).  Rows are batch-invariant like the target's.
  * Fails on a full cache or a token out of range. */
+#define SP_HEAD_MAX_ROWS 64          /* rows of one head pass (max_rows <= this) */
 int sp_head_forward(const sp_head *h, sp_head_ws *w, sp_kv *kv, const float *g, const int32_t *tok, int n,
                     float *out, float *logits, sp_err *err);
+/* One row for each of n sequences in one pass (the drafts of several
+ * sequences, batched): row i with input g[i] (d) and token tok[i] goes to
+ * the end of cache kv[i] (distinct caches); its output to out[i] (d) and
+ * its draft-vocabulary logits to logits[i].  Each row equals what
+ * sp_head_forward computes for it alone. */
+int sp_head_forward_rows(const sp_head *h, sp_head_ws *w, sp_kv *const *kv, const float *g, const int32_t *tok,
+                         int n, float *const *out, float *const *logits, sp_err *err);
 
 /* Writing a head (head_write.c).  Float weights in sp_head's shapes
  * (row-major, one row per output); the norms and fc stay F32 (fc reads the

@@ -60,11 +60,9 @@ sp_draft *sp_draft_open(sp_drafter *d, const sp_target *t, sp_err *err) {
     return d->ops->open(d, t, err);
 }
 
-int sp_draft_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
-                     sp_err *err) {
+/* The checks every proposal passes, whoever made it. */
+static int check_proposal(const sp_draft *s, int max_n, sp_proposal *out, sp_err *err) {
     const char *name = s->drafter->name;
-    *out = (sp_proposal){ 0 };
-    if (s->drafter->ops->propose(s, feed, n_feed, max_n, out, err)) return -1;
     if (out->n < 0 || out->n > max_n)
         return sp_err_set(err, "drafter '%s' proposed %d tokens, at most %d allowed", name, out->n, max_n);
     for (int i = 0; out->parent && i < out->n; i++)
@@ -73,6 +71,26 @@ int sp_draft_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp
     if (out->parent && out->q)
         return sp_err_set(err, "drafter '%s': trees with draft distributions are not supported", name);
     if (!out->by) out->by = name;
+    return 0;
+}
+
+int sp_draft_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
+                     sp_err *err) {
+    *out = (sp_proposal){ 0 };
+    if (s->drafter->ops->propose(s, feed, n_feed, max_n, out, err)) return -1;
+    return check_proposal(s, max_n, out, err);
+}
+
+int sp_draft_propose_group(sp_draft **s, const int32_t *const *feed, const int *n_feed, const int *max_n,
+                           sp_proposal *out, int n, sp_err *err) {
+    assert(n > 0 && s[0]->drafter->ops->propose_group);
+    for (int i = 0; i < n; i++) {
+        assert(s[i]->drafter == s[0]->drafter);
+        out[i] = (sp_proposal){ 0 };
+    }
+    if (s[0]->drafter->ops->propose_group(s, feed, n_feed, max_n, out, n, err)) return -1;
+    for (int i = 0; i < n; i++)
+        if (check_proposal(s[i], max_n[i], &out[i], err)) return -1;
     return 0;
 }
 

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #define EAGLE_ROWS 64            /* head rows per batched pass */
+#define SP_EAGLE_MAX_WIDTH 8     /* tree width: the first draft's candidates */
 
 typedef struct eagle_drafter {
     sp_head *head;               /* owned */
@@ -35,6 +36,8 @@ typedef struct eagle_drafter {
     float min_prob;
     int tree_width;              /* first-draft candidates: 1 = chains */
     bool sample;                 /* --draft-sample: drafts sampled from the head's q */
+    sp_head_ws *gws;             /* the passes shared by several sequences' drafts (made at first use) */
+    float *gin;                  /* (SP_HEAD_MAX_ROWS, d) their inputs */
 } eagle_drafter;
 
 typedef struct eagle_draft {
@@ -58,6 +61,11 @@ typedef struct eagle_draft {
     int32_t parent[SP_MAX_DRAFT]; /* a tree proposal's parents */
     int n_prop;
     bool tree;                   /* the last proposal is a tree */
+    /* the proposal being built (draft_begin .. draft_end) */
+    int max_n, n_sib;
+    double chain_p;
+    int32_t first[SP_EAGLE_MAX_WIDTH];   /* the first draft's candidates, best first */
+    float pfirst[SP_EAGLE_MAX_WIDTH];
     sp_sampler *smp;             /* drafts sampled (T > 0 with --draft-sample), else NULL */
     float *q;                    /* (SP_MAX_DRAFT, target n_vocab) the proposal's q, with smp */
     uint64_t pos_key;            /* the draws' counter, apart from the target's */
@@ -121,7 +129,6 @@ static int run_ready(eagle_draft *g, sp_err *err) { return run_pairs(g, g->n_fea
 
 /* The head's w most likely draft tokens, best first, with their
  * probabilities (softmax over the draft vocabulary); w <= SP_EAGLE_MAX_WIDTH. */
-#define SP_EAGLE_MAX_WIDTH 8
 static void top_tokens(const eagle_draft *g, int w, int32_t *ids, float *probs) {
     const int V = g->h->hp.n_vocab_draft;
     const float *l = g->logits;
@@ -157,43 +164,62 @@ static int32_t sample_draft(eagle_draft *g, int i, float *top) {
  * catches the rounds where the head's first choice is wrong but another is
  * right.  Slots go where the head expects more: the chain grows only while
  * its next token's probability (the product along the chain) is at least
- * that of the sibling the remaining slots would otherwise hold. */
-static int draft(eagle_draft *g, int max_n, sp_err *err) {
-    const int d = g->h->hp.n_embd, W = g->e->tree_width;
-    int32_t first[SP_EAGLE_MAX_WIDTH];
-    float pfirst[SP_EAGLE_MAX_WIDTH];
-    top_tokens(g, W, first, pfirst);
-    int n_sib = 0;                   /* runners-up worth a row: at least min_prob / 3 */
-    while (n_sib + 1 < W && pfirst[n_sib + 1] >= g->e->min_prob / 3) n_sib++;
+ * that of the sibling the remaining slots would otherwise hold.
+ *
+ * The chain is built step by step so that the drafts of several sequences
+ * can share each head pass (eagle_propose_group): draft_begin takes the
+ * head's latest logits, draft_next decides the next token and whether a
+ * head row must follow for it, draft_end adds the siblings. */
+static void draft_begin(eagle_draft *g, int max_n) {
+    const int W = g->e->tree_width;
+    top_tokens(g, W, g->first, g->pfirst);
+    g->n_sib = 0;                    /* runners-up worth a row: at least min_prob / 3 */
+    while (g->n_sib + 1 < W && g->pfirst[g->n_sib + 1] >= g->e->min_prob / 3) g->n_sib++;
+    if (g->smp) g->n_sib = 0;        /* sampled drafts come as a chain with q */
     g->n_prop = 0;
     g->tree = false;
-    double chain_p = 1;
-    if (g->smp) n_sib = 0;           /* sampled drafts come as a chain with q */
-    while (g->n_prop < max_n) {
-        int32_t t;
-        float p;
-        if (g->smp) t = sample_draft(g, g->n_prop, &p);
-        else if (g->n_prop == 0) { t = first[0]; p = pfirst[0]; }
-        else top_tokens(g, 1, &t, &p);
-        const int left = max_n - g->n_prop;  /* slots left, this one included */
-        const float displaced = g->n_prop > 0 && left <= n_sib ? pfirst[left] : 0;
-        if (p < g->e->min_prob || chain_p * p < displaced) break;
-        chain_p *= p;
-        g->parent[g->n_prop] = g->n_prop - 1;
-        g->prop[g->n_prop++] = t;
-        if (g->n_prop == max_n || g->kv->n >= g->kv->n_ctx) break;
-        /* the next row: the head's own output stands in for the target's
-         * features at the position of the token just drafted */
-        float *next = g->out;
-        memcpy(next, g->h_last, (size_t)d * sizeof(float));
-        if (sp_head_forward(g->h, g->ws, g->kv, next, &t, 1, g->h_last, g->logits, err)) return -1;
-    }
-    for (int j = 1; j <= n_sib && g->n_prop > 0 && g->n_prop < max_n; j++) {
+    g->chain_p = 1;
+    g->max_n = max_n;
+}
+
+/* Considers the next draft from the head's latest logits; true when it was
+ * taken and the chain goes on, so a head row must run for it. */
+static bool draft_next(eagle_draft *g) {
+    if (g->n_prop >= g->max_n) return false;
+    int32_t t;
+    float p;
+    if (g->smp) t = sample_draft(g, g->n_prop, &p);
+    else if (g->n_prop == 0) { t = g->first[0]; p = g->pfirst[0]; }
+    else top_tokens(g, 1, &t, &p);
+    const int left = g->max_n - g->n_prop;   /* slots left, this one included */
+    const float displaced = g->n_prop > 0 && left <= g->n_sib ? g->pfirst[left] : 0;
+    if (p < g->e->min_prob || g->chain_p * p < displaced) return false;
+    g->chain_p *= p;
+    g->parent[g->n_prop] = g->n_prop - 1;
+    g->prop[g->n_prop++] = t;
+    return g->n_prop < g->max_n && g->kv->n < g->kv->n_ctx;
+}
+
+static void draft_end(eagle_draft *g) {
+    for (int j = 1; j <= g->n_sib && g->n_prop > 0 && g->n_prop < g->max_n; j++) {
         g->parent[g->n_prop] = -1;
-        g->prop[g->n_prop++] = first[j];
+        g->prop[g->n_prop++] = g->first[j];
         g->tree = true;
     }
     g->have_logits = false;          /* the logits now belong to a draft position */
+}
+
+static int draft(eagle_draft *g, int max_n, sp_err *err) {
+    const int d = g->h->hp.n_embd;
+    draft_begin(g, max_n);
+    while (draft_next(g)) {
+        /* the next row: the head's own output stands in for the target's
+         * features at the position of the token just drafted */
+        memcpy(g->out, g->h_last, (size_t)d * sizeof(float));
+        if (sp_head_forward(g->h, g->ws, g->kv, g->out, &g->prop[g->n_prop - 1], 1, g->h_last, g->logits, err))
+            return -1;
+    }
+    draft_end(g);
     return 0;
 }
 
@@ -247,8 +273,10 @@ static int eg_prefill(sp_draft *s, const int32_t *prompt, int n, const sp_taps *
     return 0;
 }
 
-static int eg_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out, sp_err *err) {
-    eagle_draft *g = s->impl;
+/* Takes in the feed and catches the head's cache up.  Returns 1 when a
+ * proposal can start (max_n > 0, the head's logits are the latest
+ * position's), 0 when not, -1 + err. */
+static int catch_up(eagle_draft *g, const int32_t *feed, int n_feed, int max_n, sp_proposal *out, sp_err *err) {
     toks_push(g, feed, n_feed);
     *out = (sp_proposal){ 0 };
     /* pairs wait (one batched pass later is cheaper) unless a proposal is
@@ -264,13 +292,84 @@ static int eg_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
         const uint64_t dt = sp_now_ns() - t0;
         out->absorb_ns = max_n > 0 ? dt * (uint64_t)(ready - 1) / (uint64_t)ready : dt;
     }
-    if (max_n <= 0 || !g->have_logits || g->n_feat != 0) return 0;
-    if (draft(g, max_n > SP_MAX_DRAFT ? SP_MAX_DRAFT : max_n, err)) return -1;
+    return max_n > 0 && g->have_logits && g->n_feat == 0;
+}
+
+static void proposal_out(eagle_draft *g, sp_proposal *out) {
     out->n = g->n_prop;
     out->tokens = g->prop;
     out->parent = g->tree ? g->parent : NULL;
     out->q = g->smp && g->n_prop ? g->q : NULL;
+}
+
+static int eg_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out, sp_err *err) {
+    eagle_draft *g = s->impl;
+    const int r = catch_up(g, feed, n_feed, max_n, out, err);
+    if (r <= 0) return r;
+    if (draft(g, max_n > SP_MAX_DRAFT ? SP_MAX_DRAFT : max_n, err)) return -1;
+    proposal_out(g, out);
     return 0;
+}
+
+/* The proposals of n sequences' drafts of this drafter with their head
+ * passes shared: each catches up on its own (rows of one sequence batch
+ * already), then the chains grow in lockstep, one row per still-drafting
+ * sequence in each pass, so the head's weights are read once per draft
+ * position instead of once per sequence.  Every proposal is the one
+ * eg_propose would make.  Each out[i].draft_ns is the sequence's share of
+ * the shared passes (its rows' share of each pass's time). */
+static int eg_propose_group(sp_draft **s, const int32_t *const *feed, const int *n_feed, const int *max_n,
+                            sp_proposal *out, int n, sp_err *err) {
+    eagle_drafter *e = s[0]->drafter->impl;
+    const int d = e->head->hp.n_embd;
+    bool *on = sp_xcalloc((size_t)n, 2 * sizeof *on), *started = on + n;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        eagle_draft *g = s[i]->impl;
+        assert(s[i]->drafter->impl == e);
+        const int r = catch_up(g, feed[i], n_feed[i], max_n[i], &out[i], err);
+        if (r < 0) rc = -1;
+        else if (r == 1) {
+            draft_begin(g, max_n[i] > SP_MAX_DRAFT ? SP_MAX_DRAFT : max_n[i]);
+            started[i] = true;
+            on[i] = draft_next(g);
+        }
+    }
+    if (!rc && !e->gws) {
+        e->gws = sp_head_ws_create(e->head, SP_HEAD_MAX_ROWS, e->n_ctx, e->pool);
+        e->gin = sp_xmalloc((size_t)SP_HEAD_MAX_ROWS * d * sizeof(float));
+    }
+    while (!rc) {                    /* one pass per draft position (at most SP_HEAD_MAX_ROWS rows) */
+        sp_kv *kv[SP_HEAD_MAX_ROWS];
+        int32_t tok[SP_HEAD_MAX_ROWS];
+        float *o[SP_HEAD_MAX_ROWS], *lg[SP_HEAD_MAX_ROWS];
+        int who[SP_HEAD_MAX_ROWS], k = 0;
+        for (int i = 0; i < n && k < SP_HEAD_MAX_ROWS; i++) {
+            if (!on[i]) continue;
+            eagle_draft *g = s[i]->impl;
+            kv[k] = g->kv;
+            memcpy(e->gin + (size_t)k * d, g->h_last, (size_t)d * sizeof(float));
+            tok[k] = g->prop[g->n_prop - 1];
+            o[k] = g->h_last;
+            lg[k] = g->logits;
+            who[k++] = i;
+        }
+        if (k == 0) break;           /* every chain has ended */
+        const uint64_t t0 = sp_now_ns();
+        if (sp_head_forward_rows(e->head, e->gws, kv, e->gin, tok, k, o, lg, err)) { rc = -1; break; }
+        const uint64_t share = (sp_now_ns() - t0) / (uint64_t)k;
+        for (int j = 0; j < k; j++) {
+            out[who[j]].draft_ns += share;
+            on[who[j]] = draft_next(s[who[j]]->impl);
+        }
+    }
+    for (int i = 0; i < n && !rc; i++)
+        if (started[i]) {
+            draft_end(s[i]->impl);
+            proposal_out(s[i]->impl, &out[i]);
+        }
+    free(on);
+    return rc;
 }
 
 /* Drops the proposal's draft rows from the head's cache; the verified rows
@@ -381,13 +480,16 @@ static void eg_close(sp_draft *s) {
 
 static void eg_free(sp_drafter *d) {
     eagle_drafter *e = d->impl;
+    sp_head_ws_free(e->gws);
+    free(e->gin);
     sp_head_free(e->head);
     free(e);
     free(d);
 }
 
 static const sp_drafter_ops eagle_ops = {
-    .open = eg_open, .prefill = eg_prefill, .propose = eg_propose, .commit = eg_commit,
+    .open = eg_open, .prefill = eg_prefill, .propose = eg_propose, .propose_group = eg_propose_group,
+    .commit = eg_commit,
     .checkpoint = eg_checkpoint, .restore = eg_restore, .close = eg_close, .free = eg_free,
     .resume = eg_resume,
 };

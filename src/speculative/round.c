@@ -82,6 +82,7 @@ struct sp_seq {
     sp_finish finish;
     sp_spec_stats st;
     uint64_t t_start, t_prefill0;
+    int deferred;                /* > 0: the plan waits for a group proposal of this draft length */
 };
 
 const char *sp_finish_name(sp_finish f) {
@@ -509,6 +510,28 @@ static int draft_budget(const sp_seq *q, int pass_rows, double pass_tokens) {
     return n < 0 ? 0 : n;
 }
 
+/* The feed: tokens emitted since the draft was last asked (more than the
+ * pending token after rounds that verified a grammar-forced span). */
+static const int32_t *take_feed(sp_seq *q, int *n_feed) {
+    *n_feed = 1;
+    if (!q->n_back) return &q->pending;
+    backlog_push(q, &q->pending, 1);
+    *n_feed = q->n_back;
+    q->n_back = 0;
+    return q->backlog;
+}
+
+/* A proposal's cost for the controller: dt the call's time (or this
+ * draft's share of a shared one), absorbing excluded. */
+static void charge_proposal(sp_seq *q, int ask, uint64_t dt, const sp_proposal *prop) {
+    q->st.draft_ns += dt;
+    const uint64_t drafting = dt > prop->absorb_ns ? dt - prop->absorb_ns : 0;
+    if (ask > 0) {
+        sp_adapt_draft_cost(&q->adapt, ask, sp_ns_to_s(drafting));
+        sp_adapt_absorb_cost(&q->adapt, sp_ns_to_s(prop->absorb_ns));
+    }
+}
+
 /* Asks the draft for a proposal (or a shadow one); returns the number of
  * draft tokens to verify. */
 static int propose(sp_seq *q, int budget, sp_proposal *prop, sp_err *err) {
@@ -518,16 +541,8 @@ static int propose(sp_seq *q, int budget, sp_proposal *prop, sp_err *err) {
                         q->draft->drafter->cheap && q->n_shadow == 0;
     int ask = shadow ? SP_SHADOW_MAX : budget;
     uint64_t t0 = sp_now_ns();
-    /* the feed: tokens emitted since the draft was last asked (more than the
-     * pending token after rounds that verified a grammar-forced span) */
-    const int32_t *feed = &q->pending;
-    int n_feed = 1;
-    if (q->n_back) {
-        backlog_push(q, &q->pending, 1);
-        feed = q->backlog;
-        n_feed = q->n_back;
-        q->n_back = 0;
-    }
+    int n_feed;
+    const int32_t *feed = take_feed(q, &n_feed);
     if (sp_draft_propose(q->draft, feed, n_feed, ask, prop, err)) return -1;
     if (shadow) {
         /* a shadow follows one chain: the first root-to-leaf run */
@@ -539,22 +554,46 @@ static int propose(sp_seq *q, int budget, sp_proposal *prop, sp_err *err) {
         q->draft->drafter->ops->commit(q->draft, prop->n, 0, NULL, NULL);
         prop->n = 0;
     }
-    const uint64_t dt = sp_now_ns() - t0;
-    q->st.draft_ns += dt;
-    const uint64_t drafting = dt > prop->absorb_ns ? dt - prop->absorb_ns : 0;
-    if (!shadow && ask > 0) {
-        sp_adapt_draft_cost(&q->adapt, ask, sp_ns_to_s(drafting));
-        sp_adapt_absorb_cost(&q->adapt, sp_ns_to_s(prop->absorb_ns));
-    }
+    charge_proposal(q, shadow ? 0 : ask, sp_now_ns() - t0, prop);
     return prop->n;
 }
 
 double sp_seq_planned_tokens(const sp_seq *q) { return q->planned_tokens; }
+int sp_seq_deferred(const sp_seq *q) { return q->deferred; }
 
-int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_fwd_seq *fwd,
+/* The verification window [pending, drafts...] of a round proposing n
+ * tokens (q->prop, or the chain the grammar took part in). */
+static void plan_window(sp_seq *q, int n, sp_fwd_seq *fwd) {
+    q->n_draft = n;
+    q->base = q->kv->n;          /* slot and position of the pending token */
+    q->window[0] = q->pending;
+    if (n > 0) memcpy(q->window + 1, q->prop.tokens, (size_t)n * sizeof(int32_t));
+    if (q->prop.parent) {
+        q->wparent[0] = -1;
+        for (int i = 0; i < n; i++) q->wparent[i + 1] = q->prop.parent[i] + 1;
+    }
+    q->n_rows = n + 1;
+    *fwd = (sp_fwd_seq){ .kv = q->kv, .tokens = q->window, .n = n + 1,
+                         .parent = q->prop.parent ? q->wparent : NULL, .mode = SP_LOGITS_ALL,
+                         .logits = q->logits, .tap_layers = q->tap_layers, .n_taps = q->n_taps,
+                         .taps = q->wtaps };
+}
+
+/* After the draft's own proposal (q->prop, asked with `budget`): the
+ * grammar's cut and forced continuation, then the window. */
+static int plan_after_proposal(sp_seq *q, int budget, sp_fwd_seq *fwd, sp_err *err) {
+    grammar_filter(q, &q->prop);
+    if (forced_after_draft(q, &q->prop, budget, err)) return -1;
+    q->planned_tokens = sp_adapt_expected(&q->adapt, q->prop.n);
+    plan_window(q, q->prop.n, fwd);
+    return 0;
+}
+
+static int plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, bool may_defer, sp_fwd_seq *fwd,
                 sp_err *err) {
     memset(fwd, 0, sizeof *fwd);
     q->planned_tokens = 0.0;
+    q->deferred = 0;
     if (q->state == SEQ_DONE) return 0;
     q->t_plan = sp_now_ns();
     if (q->state == SEQ_PREFILL) {
@@ -578,31 +617,70 @@ int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_f
     if (n == 0) {
         const int budget = draft_budget(q, pass_rows, pass_tokens);
         q->idle_rounds = budget > 0 ? 0 : q->idle_rounds + 1;
+        if (may_defer && budget > 0 && q->draft && q->draft->drafter->ops->propose_group) {
+            /* the proposal comes from a group call with other sequences'
+             * drafts (sp_seq_plan_group); until then the controller's
+             * expectation for the length asked stands in */
+            q->deferred = budget;
+            q->planned_tokens = sp_adapt_expected(&q->adapt, budget);
+            return 0;
+        }
         if (propose(q, budget, &q->prop, err) < 0) return -1;
-        grammar_filter(q, &q->prop);
-        if (forced_after_draft(q, &q->prop, budget, err)) return -1;
-        n = q->prop.n;
-        q->planned_tokens = sp_adapt_expected(&q->adapt, n);
-    } else {
-        /* forced tokens are all but certain; the draft's as the controller expects */
-        int nf = 0;
-        for (int i = 0; i < n; i++) nf += q->src[i] == SRC_FORCED;
-        q->planned_tokens = nf + sp_adapt_expected(&q->adapt, n - nf);
+        return plan_after_proposal(q, budget, fwd, err);
     }
-    q->n_draft = n;
-    q->base = q->kv->n;          /* slot and position of the pending token */
-    q->window[0] = q->pending;
-    if (n > 0) memcpy(q->window + 1, q->prop.tokens, (size_t)n * sizeof(int32_t));
-    if (q->prop.parent) {
-        q->wparent[0] = -1;
-        for (int i = 0; i < n; i++) q->wparent[i + 1] = q->prop.parent[i] + 1;
-    }
-    q->n_rows = n + 1;
-    *fwd = (sp_fwd_seq){ .kv = q->kv, .tokens = q->window, .n = n + 1,
-                         .parent = q->prop.parent ? q->wparent : NULL, .mode = SP_LOGITS_ALL,
-                         .logits = q->logits, .tap_layers = q->tap_layers, .n_taps = q->n_taps,
-                         .taps = q->wtaps };
+    /* forced tokens are all but certain; the draft's as the controller expects */
+    int nf = 0;
+    for (int i = 0; i < n; i++) nf += q->src[i] == SRC_FORCED;
+    q->planned_tokens = nf + sp_adapt_expected(&q->adapt, n - nf);
+    plan_window(q, n, fwd);
     return 0;
+}
+
+int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_fwd_seq *fwd,
+                sp_err *err) {
+    return plan(q, max_rows, pass_rows, pass_tokens, false, fwd, err);
+}
+
+int sp_seq_plan_deferrable(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_fwd_seq *fwd,
+                           bool *deferred, sp_err *err) {
+    const int rc = plan(q, max_rows, pass_rows, pass_tokens, true, fwd, err);
+    *deferred = rc == 0 && q->deferred > 0;
+    return rc;
+}
+
+int sp_seq_plan_group(sp_seq **qs, int n, sp_fwd_seq *fwd, sp_err *err) {
+    if (n <= 0) return 0;
+    sp_draft **d = sp_xmalloc((size_t)n * sizeof *d);
+    const int32_t **feed = sp_xmalloc((size_t)n * sizeof *feed);
+    int *n_feed = sp_xmalloc((size_t)n * 2 * sizeof *n_feed), *ask = n_feed + n;
+    sp_proposal *prop = sp_xmalloc((size_t)n * sizeof *prop);
+    for (int i = 0; i < n; i++) {
+        sp_seq *q = qs[i];
+        assert(q->deferred > 0 && q->draft && q->draft->drafter == qs[0]->draft->drafter);
+        d[i] = q->draft;
+        feed[i] = take_feed(q, &n_feed[i]);
+        ask[i] = q->deferred;
+    }
+    const uint64_t t0 = sp_now_ns();
+    int rc = sp_draft_propose_group(d, feed, n_feed, ask, prop, n, err);
+    const uint64_t dt = sp_now_ns() - t0;
+    uint64_t shared = 0;             /* the passes the drafts shared; the rest is their own */
+    for (int i = 0; i < n; i++) shared += prop[i].draft_ns + prop[i].absorb_ns;
+    for (int i = 0; i < n && !rc; i++) {
+        sp_seq *q = qs[i];
+        q->prop = prop[i];
+        q->st.group_proposals++;
+        const uint64_t own = dt > shared ? (dt - shared) / (uint64_t)n : 0;
+        charge_proposal(q, ask[i], prop[i].draft_ns + prop[i].absorb_ns + own, &prop[i]);
+        const int budget = q->deferred;
+        q->deferred = 0;
+        rc = plan_after_proposal(q, budget, &fwd[i], err);
+    }
+    free(d);
+    free(feed);
+    free(n_feed);
+    free(prop);
+    return rc;
 }
 
 /* ----------------------------------------------------------------------------

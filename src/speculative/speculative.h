@@ -85,6 +85,8 @@ typedef struct sp_proposal {
                                         verified rows, which the drafter does whether it drafts or
                                         not (a head catching its cache up): the adaptive length
                                         charges drafting only the rest */
+    uint64_t draft_ns;               /* propose_group only: this draft's share of the passes it
+                                        shared with other sequences' drafts */
 } sp_proposal;
 
 typedef struct sp_drafter sp_drafter;
@@ -111,6 +113,13 @@ typedef struct sp_drafter_ops {
      * proposes up to max_n tokens.  max_n = 0 only absorbs the feed. */
     int (*propose)(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
                    sp_err *err);
+    /* Optional (NULL: each draft proposes on its own).  propose for n
+     * drafts of this drafter at once (several sequences of one batched
+     * step), as if each s[i] were asked propose(feed[i], n_feed[i],
+     * max_n[i]) -> out[i], so they can share passes.  The engine uses it
+     * when two or more sequences draft with the same drafter. */
+    int (*propose_group)(sp_draft **s, const int32_t *const *feed, const int *n_feed, const int *max_n,
+                         sp_proposal *out, int n, sp_err *err);
     /* The outcome of the last proposal: n_accepted of its tokens were
      * emitted, in order: path[0..n_accepted) are their indices in the
      * proposal (for a chain path is NULL and they are the first
@@ -167,6 +176,10 @@ sp_draft *sp_draft_open(sp_drafter *d, const sp_target *t, sp_err *err);
  * in out->by. */
 int sp_draft_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
                      sp_err *err);
+/* ops->propose_group over n drafts of one drafter (which has it), with the
+ * same checks on each proposal. */
+int sp_draft_propose_group(sp_draft **s, const int32_t *const *feed, const int *n_feed, const int *max_n,
+                           sp_proposal *out, int n, sp_err *err);
 /* ops->propose_ahead (which must exist), with the same checks; a tree is
  * refused. */
 int sp_draft_propose_ahead(sp_draft *s, const int32_t *feed, int n_feed, const int32_t *ahead, int n_ahead,
@@ -349,6 +362,7 @@ typedef struct sp_spec_stats {
     int64_t pos_drafted[SP_STAT_POSITIONS];  /* drafts at position i of a proposal */
     int64_t pos_accepted[SP_STAT_POSITIONS];
     int64_t forwards;                /* target passes after prefill */
+    int64_t group_proposals;         /* proposals made in a group call with other sequences' drafts */
     int64_t emitted;                 /* generated tokens */
     int64_t n_prompt;                /* prompt tokens prefilled */
     int64_t n_cached;                /* prompt tokens found in a cache (not prefilled) */
@@ -505,6 +519,19 @@ bool sp_seq_prefilling(const sp_seq *q);
  * nothing to run (the sequence has finished). */
 int sp_seq_plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_fwd_seq *fwd,
                 sp_err *err);
+/* As sp_seq_plan, except that a sequence whose drafter proposes in groups
+ * (ops->propose_group) and is to be asked for a proposal stops before
+ * asking: *deferred is set, fwd->n is 0 and its planned tokens are the
+ * controller's expectation for the length it will ask. */
+int sp_seq_plan_deferrable(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, sp_fwd_seq *fwd,
+                           bool *deferred, sp_err *err);
+/* Completes the deferred plans of n sequences whose drafts share one
+ * drafter: one propose_group for all, then each one's window into fwd[i]
+ * as sp_seq_plan would have planned it.  Each sequence is charged its share
+ * of the shared drafting time.  On error every one of them has failed. */
+int sp_seq_plan_group(sp_seq **q, int n, sp_fwd_seq *fwd, sp_err *err);
+/* The draft length a deferred plan asks for (0 = not deferred). */
+int sp_seq_deferred(const sp_seq *q);
 /* Tokens the last planned pass of q is expected to emit (its controller's
  * estimate; 0 for a prompt chunk that is not the last). */
 double sp_seq_planned_tokens(const sp_seq *q);

@@ -42,6 +42,7 @@ void sp_stats_add(sp_spec_stats *a, const sp_spec_stats *s) {
         a->pos_accepted[i] += s->pos_accepted[i];
     }
     a->forwards += s->forwards;
+    a->group_proposals += s->group_proposals;
     a->emitted += s->emitted;
     a->n_prompt += s->n_prompt;
     a->n_cached += s->n_cached;

@@ -324,6 +324,68 @@ static void test_draft_sample(void **state) {
 }
 
 /* Heads for another target, or broken, are refused with a clear message. */
+/* Several sequences drafting with one eagle drafter in one context share
+ * the head's passes (one group proposal per step).  Each output is its
+ * solo plain output, and with a fixed draft length each sequence drafts
+ * and accepts exactly what it does alone: a grouped head row is the row
+ * it computes alone. */
+static void test_grouped(void **state) {
+    fixture *f = *state;
+    sp_err err;
+    const char *head = f->m->hp.arch == SP_ARCH_GEMMA3 ? "drafters/gemma3-270m.eagle3.gguf"
+                                                       : "drafters/smollm2-135m.eagle3.gguf";
+    const sp_eagle_opts eo = { .n_ctx = 1024, .min_prob = -1, .tree_width = 1 };
+    sp_drafter *d = sp_eagle_create(head, f->m, &eo, f->pool, &err);
+    if (!d) fail_msg("%s: %s", head, err.msg);
+    enum { N = 4, MAXT = 40 };
+    const float temps[N] = { 0.0f, 0.8f, 0.0f, 0.8f };
+    sp_tokens p[N];
+    run_out plain[N], solo[N], grouped[N];
+    sp_spec_stats solo_st[N];
+    for (int i = 0; i < N; i++) {
+        memset(&p[i], 0, sizeof p[i]);
+        fx_prompt(f, i < (int)FX_N_PROMPTS ? fx_prompts[i] : "Write a short poem about the sea.", &p[i]);
+        plain[i] = (run_out){ .n = 0 };
+        solo[i] = (run_out){ .n = 0 };
+        fx_gen(f, NULL, &p[i], temps[i], 0, MAXT, 1024, &plain[i], NULL, NULL);
+        solo_st[i] = fx_gen(f, d, &p[i], temps[i], 4, MAXT, 1024, &solo[i], NULL, NULL);
+        fx_assert_same(&plain[i], &solo[i], "eagle alone");
+    }
+    sp_ctx *c = fx_ctx(f, N, 1024);
+    int id[N];
+    for (int i = 0; i < N; i++) {
+        sp_seq_params sq = sp_seq_default_params();
+        sq.prompt = p[i].ids;
+        sq.n_prompt = p[i].n;
+        sq.max_tokens = MAXT;
+        sq.sampling = fx_sampling(temps[i]);
+        sq.drafter = d;
+        sq.draft_max = 4;
+        sq.emit = fx_collect;
+        grouped[i] = (run_out){ .n = 0, .tok = f->tok };
+        sq.ud = &grouped[i];
+        if ((id[i] = sp_ctx_add(c, &sq, &err)) < 0) fail_msg("add: %s", err.msg);
+    }
+    while (sp_ctx_step(c) > 0) {}
+    int64_t groups = 0;
+    for (int i = 0; i < N; i++) {
+        if (sp_ctx_seq_finish(c, id[i]) == SP_FINISH_ERROR) fail_msg("sequence %d: %s", i, sp_ctx_seq_error(c, id[i]));
+        const sp_spec_stats *st = sp_ctx_seq_stats(c, id[i]);
+        fx_assert_same(&plain[i], &grouped[i], "eagle grouped");
+        if (st->drafted != solo_st[i].drafted || st->accepted != solo_st[i].accepted)
+            fail_msg("sequence %d grouped drafted %lld, accepted %lld; alone %lld, %lld", i, (long long)st->drafted,
+                     (long long)st->accepted, (long long)solo_st[i].drafted, (long long)solo_st[i].accepted);
+        assert_int_equal(solo_st[i].group_proposals, 0);
+        groups += st->group_proposals;
+        sp_ctx_remove(c, id[i]);
+    }
+    if (groups < 10) fail_msg("only %lld proposals came from group calls", (long long)groups);
+    print_message("# grouped: %lld group proposals\n", (long long)groups);
+    sp_ctx_free(c);
+    for (int i = 0; i < N; i++) sp_tokens_free(&p[i]);
+    sp_drafter_free(d);
+}
+
 static void test_bad_heads(void **state) {
     fixture *f = *state;
     char path[256];
@@ -368,7 +430,7 @@ int main(void) {
         cmocka_unit_test(test_identity_head), cmocka_unit_test(test_random_head),
         cmocka_unit_test(test_with_suffix),   cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_bad_heads),     cmocka_unit_test(test_tree),
-        cmocka_unit_test(test_draft_sample),
+        cmocka_unit_test(test_draft_sample),  cmocka_unit_test(test_grouped),
     };
     int rc = cmocka_run_group_tests_name("smollm2", tests, fx_setup_smol, fx_teardown);
     rc |= cmocka_run_group_tests_name("gemma3", tests, fx_setup_gemma, fx_teardown);
