@@ -664,7 +664,7 @@ int sp_seq_plan_group(sp_seq **qs, int n, sp_fwd_seq *fwd, sp_err *err) {
     const uint64_t t0 = sp_now_ns();
     int rc = sp_draft_propose_group(d, feed, n_feed, ask, prop, n, err);
     const uint64_t dt = sp_now_ns() - t0;
-    uint64_t shared = 0;             /* the passes the drafts shared; the rest is their own */
+    uint64_t shared = 0;             /* what the proposals report; the rest of dt is split evenly */
     for (int i = 0; i < n; i++) shared += prop[i].draft_ns + prop[i].absorb_ns;
     for (int i = 0; i < n && !rc; i++) {
         sp_seq *q = qs[i];

@@ -85,8 +85,8 @@ typedef struct sp_proposal {
                                         verified rows, which the drafter does whether it drafts or
                                         not (a head catching its cache up): the adaptive length
                                         charges drafting only the rest */
-    uint64_t draft_ns;               /* propose_group only: this draft's share of the passes it
-                                        shared with other sequences' drafts */
+    uint64_t draft_ns;               /* propose_group only: the time of the passes this draft had
+                                        a row in (shared with other sequences' drafts) */
 } sp_proposal;
 
 typedef struct sp_drafter sp_drafter;
@@ -527,8 +527,9 @@ int sp_seq_plan_deferrable(sp_seq *q, int max_rows, int pass_rows, double pass_t
                            bool *deferred, sp_err *err);
 /* Completes the deferred plans of n sequences whose drafts share one
  * drafter: one propose_group for all, then each one's window into fwd[i]
- * as sp_seq_plan would have planned it.  Each sequence is charged its share
- * of the shared drafting time.  On error every one of them has failed. */
+ * as sp_seq_plan would have planned it.  Each sequence is charged the
+ * drafting time its proposal reports (ops->propose_group's draft_ns and
+ * absorb_ns).  On error every one of them has failed. */
 int sp_seq_plan_group(sp_seq **q, int n, sp_fwd_seq *fwd, sp_err *err);
 /* The draft length a deferred plan asks for (0 = not deferred). */
 int sp_seq_deferred(const sp_seq *q);
