@@ -218,6 +218,14 @@ static jnode *ps_subscript(ps *p, jnode *obj) {
 
 bool jj_method_known(const char *name);
 
+/* callee(args...) after '(' was read */
+static jnode *ps_call(ps *p, jnode *callee) {
+    jnode *c = ps_node(p, JN_CALL);
+    if (!c) return NULL;
+    c->a = callee;
+    return ps_args(p, c) ? c : NULL;
+}
+
 static jnode *ps_postfix(ps *p, jnode *n) {
     while (n) {
         if (ps_accept_op(p, ".")) {
@@ -242,13 +250,8 @@ static jnode *ps_postfix(ps *p, jnode *n) {
             n = at;
         } else if (ps_accept_op(p, "[")) {
             n = ps_subscript(p, n);
-        } else if (ps_is_op(p, "(")) {
-            p->i++;
-            jnode *c = ps_node(p, JN_CALL);
-            if (!c) return NULL;
-            c->a = n;
-            if (!ps_args(p, c)) return NULL;
-            n = c;
+        } else if (ps_accept_op(p, "(")) {
+            n = ps_call(p, n);
         } else break;
     }
     return n;
@@ -288,13 +291,8 @@ static jnode *ps_filter_expr(ps *p, jnode *n) {
                 t->n_kids = 1;
             }
             n = t;
-        } else if (ps_is_op(p, "(")) {
-            p->i++;
-            jnode *c = ps_node(p, JN_CALL);
-            if (!c) return NULL;
-            c->a = n;
-            if (!ps_args(p, c)) return NULL;
-            n = c;
+        } else if (ps_accept_op(p, "(")) {
+            n = ps_call(p, n);
         } else break;
     }
     return n;
