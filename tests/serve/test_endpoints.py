@@ -72,6 +72,9 @@ def template_checks(reference):
             check("the model's own Jinja template renders chat requests (/apply-template shows the prompt)",
                   lambda: apply_template(srv, {"messages": MSGS}) ==
                   (200, {"prompt": "".join(f"[{m['role'].upper()}] {m['content']}\n" for m in MSGS) + "[ASSISTANT]"}))
+            check("/apply-template refuses a bad body with a 400 naming the field",
+                  lambda: (lambda r: r[0] == 400 and "messages" in r[1]["error"]["message"])(
+                      apply_template(srv, {"messages": 5})))
             check("a chat request with it is answered (200)", lambda: isinstance(chat(srv, temperature=0), str))
             check("/props reports the template's source",
                   lambda: props(srv)["chat_template"].startswith("{% for m in messages %}"))
