@@ -77,13 +77,41 @@ static void walk(corpus *c, const char *path, int depth) {
     closedir(d);
 }
 
-/* Up to DS_MAX_FILE bytes of a text file (NULL for binary files). */
+/* Bytes at the start of s[0..n) that are whole, valid UTF-8 characters
+ * (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF). */
+static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        const unsigned c = s[i];
+        size_t k;
+        unsigned lo = 0x80, hi = 0xBF;   /* the second byte's range */
+        if (c < 0x80) { i++; continue; }
+        else if (c >= 0xC2 && c <= 0xDF) k = 1;
+        else if (c >= 0xE0 && c <= 0xEF) { k = 2; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+        else if (c >= 0xF0 && c <= 0xF4) { k = 3; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+        else return i;
+        if (i + k >= n || s[i + 1] < lo || s[i + 1] > hi) return i;
+        for (size_t j = 2; j <= k; j++)
+            if ((s[i + j] & 0xC0) != 0x80) return i;
+        i += k + 1;
+    }
+    return i;
+}
+
+/* Up to DS_MAX_FILE bytes of a UTF-8 text file, cut to whole characters
+ * (NULL for binary files and other encodings: prompts made from them
+ * could not be rendered, JSON strings being UTF-8). */
 static char *read_text(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     char *b = sp_xmalloc(DS_MAX_FILE + 1);
-    const size_t n = fread(b, 1, DS_MAX_FILE, f);
+    size_t n = fread(b, 1, DS_MAX_FILE, f);
     fclose(f);
+    const size_t ok = utf8_valid_prefix((const unsigned char *)b, n);
+    /* a file read whole must be valid throughout; one cut at DS_MAX_FILE
+     * may end inside a character */
+    if (ok < n && (n < DS_MAX_FILE || n - ok > 3)) n = 0;
+    else n = ok;
     b[n] = 0;
     if (n < 64 || memchr(b, 0, n)) { free(b); return NULL; }
     *len = n;
@@ -223,7 +251,8 @@ static char *make_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, cons
 static char *snippet(const char *text, size_t len, size_t chars, sp_rng *rng) {
     size_t at = len > chars ? (size_t)(sp_rng_next(rng) % (len - chars)) : 0;
     while (at > 0 && text[at - 1] != '\n') at--;
-    const size_t n = len - at < chars ? len - at : chars;
+    size_t n = len - at < chars ? len - at : chars;
+    while (n > 0 && at + n < len && ((unsigned char)text[at + n] & 0xC0) == 0x80) n--;   /* whole characters */
     char *s = sp_xmalloc(n + 1);
     memcpy(s, text + at, n);
     s[n] = 0;

@@ -40,6 +40,25 @@ check "and reports its drafts" grep -q "spec eagle:" "$tmp/spec.err"
 "$BIN" run -m smollm2-135m -p "$p" -n 24 --temp 0.8 --seed 5 -q --spec suffix,eagle --draft-head "$tmp/h.gguf" > "$tmp/spec8" 2>/dev/null
 check "suffix,eagle at T=0.8 (seeded) gives plain decoding's text" cmp -s "$tmp/plain8" "$tmp/spec8"
 
+# prompts are made from UTF-8 text only: snippets of multi-byte text end on
+# whole characters, and files in other encodings are skipped (a prompt must
+# be valid UTF-8 to be rendered: before, a snippet cut inside a character
+# stopped the data recording with "message 0 is not valid UTF-8")
+mkdir -p "$tmp/utf8" "$tmp/latin1"
+python3 - "$tmp/utf8/cjk.txt" "$tmp/latin1/l1.txt" <<'EOF2'
+import sys
+lines = [f"第{i}行：日本語のテキストと中文文本，ünïcödé {i} — ★ 𝄞 混合。" for i in range(200)]
+open(sys.argv[1], "w", encoding="utf-8").write("\n".join(lines) + "\n")
+open(sys.argv[2], "wb").write(("".join(f"Caf\xe9 cr\xe8me br\xfbl\xe9e number {i}.\n" for i in range(200))).encode("latin-1"))
+EOF2
+"$BIN" train-draft -m smollm2-135m -o "$tmp/u.gguf" --data "$tmp/utf8" --tokens 1000 --answer-share 0.9 --seq-len 48 \
+    --draft-vocab 256 --batch 2 --epochs 1 --eval-every 0 -t 2 > /dev/null 2> "$tmp/e"; rc=$?
+check "prompts from multi-byte UTF-8 text end on whole characters" test $rc -eq 0
+[ $rc -ne 0 ] && tail -2 "$tmp/e" | sed 's/^/# /'
+"$BIN" train-draft -m smollm2-135m -o "$tmp/l.gguf" --data "$tmp/latin1" --tokens 1000 --seq-len 48 --eval-every 0 -t 2 \
+    > /dev/null 2> "$tmp/e"; rc=$?
+check "a folder of Latin-1 text only is refused: no usable text" bash -c "[ $rc -eq 1 ] && grep -q 'no usable text' '$tmp/e'"
+
 # the data is reused when it matches: the second run does not record again
 "$BIN" train-draft -m smollm2-135m -o "$tmp/h2.gguf" --data-file "$tmp/h.gguf.distill" "${small[@]}" > /dev/null 2> "$tmp/err2"; rc=$?
 check "a matching data file is reused" bash -c "[ $rc -eq 0 ] && ! grep -q 'recording' '$tmp/err2'"
