@@ -119,6 +119,7 @@ int sp_engine_opt(sp_args *a, sp_engine_opts *o) {
         return 1;
     }
     if (sp_arg_is(a, "--kv-quant-start")) return sp_arg_int(a, 0, 4096, &o->kv.quant_start) ? 1 : -1;
+    if (sp_arg_is(a, "--no-spec-gate")) { o->no_spec_gate = true; return 1; }
     return 0;
 }
 

@@ -90,6 +90,7 @@ typedef struct sp_engine_opts {
     int cache_mib;           /* prefix cache in MiB (0 = none, -1 = unbounded; serve: --cache-ram) */
     sp_kv_types kv;          /* --cache-type-k/-v, --kv-quant-start (zeroed = all F16) */
     bool kv_set;
+    bool no_spec_gate;       /* --no-spec-gate: the adaptive length drafts ungated */
 } sp_engine_opts;
 /* Parses one common option at a->i if it is one; returns 1 consumed,
  * 0 not a common option, -1 bad value. */
@@ -114,6 +115,8 @@ void sp_spec_cli_init(sp_spec_cli *o);
 int sp_spec_opt(sp_args *a, sp_spec_cli *o);
 #define SP_SPEC_OPTS_HELP \
     "      --draft-max N|adaptive  draft tokens per round (default: adaptive)\n" \
+    "      --no-spec-gate      let the adaptive length draft even where whole steps measured\n" \
+    "                          slower with drafts than without (default: such steps run plain)\n" \
     "      --ngram-min N, --ngram-max N  suffix n-gram lengths ngram matches (default 1, 3)\n" \
     "      --suffix-factor F   suffix: draft at most F x match length tokens (default 1)\n" \
     "      --suffix-min-prob P suffix: drop draft tokens below this estimated probability (default 0.1)\n" \

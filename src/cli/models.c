@@ -64,6 +64,7 @@ int sp_engine_open(const sp_engine_opts *o, sp_engine *e, sp_err *err) {
     cp.cost_dir = sp_cost_cache_dir();
     cp.cache_bytes = o->cache_mib < 0 ? SIZE_MAX : (size_t)o->cache_mib << 20;
     cp.kv_types = o->kv;
+    cp.no_gate = o->no_spec_gate;
     if (!cp.kv_types.k) cp.kv_types.k = SP_F16;      /* zeroed options: SP_F32 is 0 */
     if (!cp.kv_types.v) cp.kv_types.v = SP_F16;
     if (!(e->ctx = sp_ctx_create(e->model, e->tok, &cp, err))) { sp_engine_close(e); return -1; }

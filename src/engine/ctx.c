@@ -48,7 +48,16 @@ struct sp_ctx {
     int *order;                      /* (n_slots) */
     int *deferred;                   /* (n_slots) slots whose proposals come from a group call */
     sp_seq **group;                  /* (n_slots) */
+    int64_t *emitted;                /* (n_slots) a planned slot's tokens before the step */
     sp_ctx_pass last;
+    /* the speculation gate (spec_gate.c): one per drafter, for the steps whose
+     * decoding sequences all draft with it */
+    struct { const sp_drafter *d; sp_spec_gate g; } gates[SP_CTX_GATES];
+    int n_gates;
+    sp_spec_gate *gate;                   /* this step's, NULL = none */
+    int gate_seqs;                   /* its decoding sequences */
+    bool gate_spec;                  /* its mode: drafting allowed */
+    bool pass_prefill;               /* the pass holds prompt rows (not measured) */
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
@@ -95,6 +104,7 @@ sp_ctx *sp_ctx_create(const sp_model *m, const sp_tokenizer *tok, const sp_ctx_p
     c->deferred = sp_xcalloc((size_t)o.n_slots, sizeof *c->deferred);
     c->group = sp_xcalloc((size_t)o.n_slots, sizeof *c->group);
     c->order = sp_xcalloc((size_t)o.n_slots, sizeof *c->order);
+    c->emitted = sp_xcalloc((size_t)o.n_slots, sizeof *c->emitted);
     if (o.cache_bytes) {
         /* what a row depends on besides its tokens: the weights and how
          * the cache stores them */
@@ -120,6 +130,7 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->deferred);
     free(c->group);
     free(c->order);
+    free(c->emitted);
     sp_gvocab_free(c->gv);
     sp_pcache_free(c->pcache);
     sp_workspace_free(c->ws);
@@ -434,6 +445,41 @@ static int plan_groups(sp_ctx *c, int nd, int *n) {
     return extra;
 }
 
+/* The gate of drafter d, made at its first use; NULL when the table is
+ * full (the drafter's steps then go ungated). */
+static sp_spec_gate *gate_of(sp_ctx *c, const sp_drafter *d) {
+    for (int i = 0; i < c->n_gates; i++)
+        if (c->gates[i].d == d) return &c->gates[i].g;
+    if (c->n_gates == SP_CTX_GATES) return NULL;
+    c->gates[c->n_gates].d = d;
+    sp_spec_gate_init(&c->gates[c->n_gates].g);
+    return &c->gates[c->n_gates++].g;
+}
+
+/* The gate's mode for this step.  It applies when every decoding sequence
+ * drafts with one drafter under the adaptive length: then the step's rate
+ * is that drafter's (or plain decoding's) and can be measured.  Steps of
+ * mixed drafters draft as their controllers choose. */
+static void gate_step(sp_ctx *c) {
+    c->gate = NULL;
+    const sp_drafter *d = NULL;
+    int n = 0;
+    for (int i = 0; i < c->p.n_slots; i++)
+        if (running(c, i)) sp_seq_gate(c->slots[i].seq, false);
+    for (int i = 0; i < c->p.n_slots; i++) {
+        if (!running(c, i) || sp_seq_prefilling(c->slots[i].seq)) continue;
+        const sp_drafter *di = sp_seq_gateable(c->slots[i].seq) ? c->slots[i].draft->drafter : NULL;
+        if (!di || (n > 0 && di != d)) return;
+        d = di;
+        n++;
+    }
+    if (!n || c->p.no_gate || !(c->gate = gate_of(c, d))) return;
+    c->gate_seqs = n;
+    c->gate_spec = sp_spec_gate_next(c->gate, n);
+    for (int i = 0; i < c->p.n_slots; i++)
+        if (running(c, i) && !sp_seq_prefilling(c->slots[i].seq)) sp_seq_gate(c->slots[i].seq, !c->gate_spec);
+}
+
 /* Plans the pass: decoding windows first, each sequence's draft length
  * chosen for the pass as planned so far (more rows make extra draft rows
  * dearer), then prompt chunks within the rest of the row budget.  Where
@@ -443,6 +489,7 @@ static int plan_groups(sp_ctx *c, int nd, int *n) {
 static int plan_pass(sp_ctx *c, int *rows_out) {
     int n = 0, rows = 0, nd = 0;
     double tokens = 0.0;
+    gate_step(c);
     for (int i = 0; i < c->p.n_slots; i++) {
         if (!running(c, i) || sp_seq_prefilling(c->slots[i].seq)) continue;
         const sp_drafter *d = group_drafter(c, i);
@@ -456,10 +503,12 @@ static int plan_pass(sp_ctx *c, int *rows_out) {
     int budget = c->p.batch_rows - rows;
     if (budget < quarter) budget = quarter;
     const int n_pre = prefill_order(c, c->order);
+    c->pass_prefill = false;
     for (int k = 0; k < n_pre && budget > 0; k++) {
         const int got = plan_slot(c, c->order[k], budget, rows, &tokens, &n);
         budget -= got;
         rows += got;
+        c->pass_prefill |= got > 0;
     }
     *rows_out = rows;
     return n;
@@ -467,20 +516,28 @@ static int plan_pass(sp_ctx *c, int *rows_out) {
 
 int sp_ctx_step(sp_ctx *c) {
     int rows = 0;
+    const uint64_t t_step = sp_now_ns();
     const int n = plan_pass(c, &rows);
     c->last = (sp_ctx_pass){ n, rows, 0 };
     if (n > 0) {
         sp_err e;
+        for (int k = 0; k < n; k++) c->emitted[k] = sp_seq_stats(c->slots[c->fwd_slot[k]].seq)->emitted;
         const uint64_t t0 = sp_now_ns();
         const int rc = sp_model_forward_batch(c->m, c->ws, c->fwds, n, &e);
         c->last.ns = sp_now_ns() - t0;
+        double tokens = 0;
         for (int k = 0; k < n; k++) {
             const int i = c->fwd_slot[k];
             slot *s = &c->slots[i];
             if (rc) fail_slot(c, i, e.msg);
             else if (sp_seq_apply(s->seq, c->last.ns, &e)) fail_slot(c, i, e.msg);
             if (s->cache_on && !s->prompt_done && !sp_seq_prefilling(s->seq)) cache_prompt_done(c, s);
+            tokens += (double)(sp_seq_stats(s->seq)->emitted - c->emitted[k]);
         }
+        /* the whole step, planning and drafting included, as the gate
+         * compares them; a pass with prompt rows says nothing of either */
+        if (c->gate && !c->pass_prefill && !rc)
+            sp_spec_gate_observe(c->gate, c->gate_seqs, c->gate_spec, tokens, sp_ns_to_s(sp_now_ns() - t_step));
     }
     int left = 0;
     for (int i = 0; i < c->p.n_slots; i++) left += running(c, i);

@@ -50,7 +50,12 @@ typedef struct sp_ctx_params {
     size_t cache_bytes;              /* prefix cache (src/cache): 0 = none; else sequences with
                                         use_cache share the KV rows of prompts and answers within
                                         this many bytes, with drafter checkpoints beside them */
+    bool no_gate;                    /* drafting under the adaptive length is not gated by the
+                                        measured rate of whole steps (spec_gate.c); default: gated */
 } sp_ctx_params;
+
+/* Drafters whose gates a context keeps (more share none: ungated). */
+#define SP_CTX_GATES 8
 
 sp_ctx_params sp_ctx_default_params(void);
 

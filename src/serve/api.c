@@ -168,6 +168,7 @@ json_t *sp_api_usage(const sp_resp_ctx *c, const sp_job_delta *end) {
     json_object_set_new(s, "mean_acceptance_length",
                         json_real(st->spec_rounds ? sp_stats_mean_accept_len(st) : 1.0));
     json_object_set_new(s, "forwards", json_integer(st->forwards));
+    json_object_set_new(s, "gated_rounds", json_integer(st->gated_rounds));   /* run plain: drafting measured slower */
     json_object_set_new(s, "drafted_tokens_emitted", json_integer(end->n_drafted_emitted));
     if (st->masks || st->forced_drafted) {
         /* under a grammar: the tokens it forced, drafted without a drafter */

@@ -27,7 +27,7 @@ typedef struct mx_hist {
 
 typedef struct mx_method {
     char name[32];
-    int64_t requests, rounds, spec_rounds, drafted, accepted, emitted;
+    int64_t requests, rounds, spec_rounds, gated_rounds, drafted, accepted, emitted;
     int64_t pos_drafted[SP_STAT_POSITIONS], pos_accepted[SP_STAT_POSITIONS];
 } mx_method;
 
@@ -142,6 +142,7 @@ void sp_metrics_generation(sp_metrics *mx, const char *method, const sp_spec_sta
         m->requests++;
         m->rounds += st->rounds;
         m->spec_rounds += st->spec_rounds;
+        m->gated_rounds += st->gated_rounds;
         m->drafted += st->drafted;
         m->accepted += st->accepted;
         m->emitted += st->emitted;
@@ -202,16 +203,17 @@ static void hist_put(mx_buf *b, const char *name, const char *help, const mx_his
 static void put_methods(mx_buf *b, const sp_metrics *mx) {
     static const char *const names[] = { "specula_spec_requests_total", "specula_spec_rounds_total",
                                          "specula_spec_drafted_tokens_total",
-                                         "specula_spec_accepted_tokens_total" };
+                                         "specula_spec_accepted_tokens_total", "specula_spec_gated_rounds_total" };
     static const char *const helps[] = { "Generations finished, by speculation method.",
                                          "Verification rounds that carried draft tokens.",
                                          "Draft tokens verified by the target.",
-                                         "Draft tokens the target accepted." };
-    for (int k = 0; k < 4; k++) {
+                                         "Draft tokens the target accepted.",
+                                         "Rounds run plain because steps with drafts measured slower." };
+    for (int k = 0; k < 5; k++) {
         head(b, names[k], "counter", helps[k]);
         for (int i = 0; i < mx->n_methods; i++) {
             const mx_method *m = &mx->methods[i];
-            const int64_t v[4] = { m->requests, m->spec_rounds, m->drafted, m->accepted };
+            const int64_t v[5] = { m->requests, m->spec_rounds, m->drafted, m->accepted, m->gated_rounds };
             put(b, "%s{method=\"%s\"} %lld\n", names[k], m->name, (long long)v[k]);
         }
     }

@@ -363,6 +363,7 @@ typedef struct sp_spec_stats {
     int64_t pos_accepted[SP_STAT_POSITIONS];
     int64_t forwards;                /* target passes after prefill */
     int64_t group_proposals;         /* proposals made in a group call with other sequences' drafts */
+    int64_t gated_rounds;            /* rounds in which the gate (spec_gate.c) allowed no drafts */
     int64_t emitted;                 /* generated tokens */
     int64_t n_prompt;                /* prompt tokens prefilled */
     int64_t n_cached;                /* prompt tokens found in a cache (not prefilled) */
@@ -443,6 +444,33 @@ void sp_adapt_draft_cost(sp_adapt *a, int n, double seconds);
 double sp_adapt_expected(const sp_adapt *a, int n);
 
 /* ==========================================================================
+ * The gate: whether drafting pays, measured end to end (spec_gate.c)
+ * ======================================================================= */
+
+/* Steps are bucketed by the sequences decoding in their pass: 1 .. 8+. */
+#define SP_SPEC_GATE_BUCKETS 8
+typedef struct sp_spec_gate_bucket {
+    double tok[2], sec[2], n[2];     /* decayed tokens, seconds and steps measured; [0] plain, [1] drafting */
+    int pos, cycle;                  /* step within the current cycle; cycles done */
+    bool prefer;                     /* the cycle's main mode: true = drafting allowed */
+    bool fresh;                      /* the last step switched modes (it is not measured) */
+    int last;                        /* the last step's mode (-1 before the first) */
+} sp_spec_gate_bucket;
+typedef struct sp_spec_gate {
+    sp_spec_gate_bucket b[SP_SPEC_GATE_BUCKETS];
+} sp_spec_gate;
+
+void sp_spec_gate_init(sp_spec_gate *g);
+/* The mode of the next step whose pass decodes n_seqs sequences: true =
+ * drafting allowed.  Advances that bucket's schedule. */
+bool sp_spec_gate_next(sp_spec_gate *g, int n_seqs);
+/* The step sp_spec_gate_next was just asked about took `seconds` of wall time
+ * (planning, drafting, the forward, verification) and emitted `tokens`. */
+void sp_spec_gate_observe(sp_spec_gate *g, int n_seqs, bool spec, double tokens, double seconds);
+/* The measured tokens per second of a bucket's mode, 0 while unknown. */
+double sp_spec_gate_rate(const sp_spec_gate *g, int n_seqs, bool spec);
+
+/* ==========================================================================
  * The round loop of one sequence (round.c)
  *
  * A round has three phases so that the engine (src/engine) can verify the
@@ -498,6 +526,12 @@ sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *d
  * A position where the grammar allows no token ends the sequence with an
  * error (sp_seq_apply fails with a message naming the grammar). */
 void sp_seq_set_grammar(sp_seq *q, sp_gmatch *gm);
+/* The gate's word for the next plans (ctx.c): off = draft nothing (forced
+ * spans still run).  Only a sequence under the adaptive length obeys: a
+ * fixed --draft-max is the caller's choice. */
+void sp_seq_gate(sp_seq *q, bool off);
+/* Whether the gate applies: a drafter under the adaptive length. */
+bool sp_seq_gateable(const sp_seq *q);
 void sp_seq_free(sp_seq *q);
 /* Starts a generation: the prompt (copied) is prefilled by the next plans,
  * except its first n_cached tokens, which the cache already holds (its

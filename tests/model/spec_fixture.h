@@ -84,10 +84,14 @@ static inline void fx_prompt(const fixture *f, const char *user, sp_tokens *out)
 }
 
 /* A one-slot context of n_ctx tokens on the fixture's pool, with the
- * cost curve that makes the adaptive controller draft. */
+ * cost curve that makes the adaptive controller draft.  Ungated: these
+ * tests check what drafters propose and the controller chooses, which the
+ * gate (test_spec_gate_real) would otherwise overrule by this host's
+ * clock. */
 static inline sp_ctx *fx_ctx(fixture *f, int n_slots, int n_ctx) {
     sp_err err;
     sp_ctx_params cp = sp_ctx_default_params();
+    cp.no_gate = true;
     cp.n_slots = n_slots;
     cp.n_ctx = n_ctx;
     cp.batch_rows = 64;

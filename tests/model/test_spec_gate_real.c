@@ -1,0 +1,149 @@
+/*
+ * The speculation gate on the real engine (sp_ctx, SmolLM2): a drafter
+ * that knows plain decoding's answer (an oracle: every draft accepted)
+ * makes the adaptive controller draft every round.  When its rounds also
+ * cost time the controller cannot see (a sleep in commit, where no draft
+ * cost is charged), whole steps with drafts are slower than plain ones:
+ * the gate must measure that and run most steps plain.  When they cost
+ * nothing extra, drafting pays and the gate must leave it on.  Output
+ * equals plain decoding's either way; --no-spec-gate (no_gate) drafts as
+ * the controller says.
+ */
+#include "spec_fixture.h"
+
+#include <time.h>
+
+#define GEN 200
+
+typedef struct oracle {
+    const int32_t *toks;         /* plain decoding's output */
+    int n;
+    int sleep_ms;                /* extra time of each round with drafts, in commit */
+} oracle;
+
+typedef struct oracle_draft {
+    int n_gen;                   /* generated tokens the draft has seen */
+} oracle_draft;
+
+static sp_draft *or_open(sp_drafter *d, const sp_target *t, sp_err *err) {
+    (void)t; (void)err;
+    sp_draft *s = calloc(1, sizeof *s);
+    s->drafter = d;
+    s->impl = calloc(1, sizeof(oracle_draft));
+    return s;
+}
+static int or_prefill(sp_draft *s, const int32_t *p, int n, const sp_taps *t, sp_err *err) {
+    (void)p; (void)n; (void)t; (void)err;
+    ((oracle_draft *)s->impl)->n_gen = 0;
+    return 0;
+}
+/* The next two tokens of the answer after what was emitted. */
+static int or_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out, sp_err *err) {
+    (void)feed; (void)err;
+    const oracle *o = s->drafter->impl;
+    oracle_draft *g = s->impl;
+    g->n_gen += n_feed;
+    int n = max_n < 2 ? max_n : 2;
+    if (g->n_gen + n > o->n) n = o->n - g->n_gen > 0 ? o->n - g->n_gen : 0;
+    *out = (sp_proposal){ .n = n, .tokens = o->toks + g->n_gen };
+    return 0;
+}
+static void or_commit(sp_draft *s, int nd, int na, const int32_t *path, const sp_taps *v) {
+    (void)path; (void)v;
+    const oracle *o = s->drafter->impl;
+    ((oracle_draft *)s->impl)->n_gen += na;
+    if (na > 0 && o->sleep_ms) {   /* a verified round (a shadow proposal accepts none) */
+        struct timespec ts = { 0, o->sleep_ms * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+static int or_ckpt(sp_draft *s, uint8_t **b, size_t *l, sp_err *err) {
+    (void)s; (void)b; (void)l;
+    return sp_err_set(err, "no checkpoints");
+}
+static int or_restore(sp_draft *s, const uint8_t *b, size_t l, sp_err *err) {
+    (void)s; (void)b; (void)l;
+    return sp_err_set(err, "no checkpoints");
+}
+static void or_close(sp_draft *s) { free(s->impl); free(s); }
+static void or_free(sp_drafter *d) { free(d); }
+static const sp_drafter_ops or_ops = { .open = or_open, .prefill = or_prefill, .propose = or_propose,
+                                       .commit = or_commit, .checkpoint = or_ckpt, .restore = or_restore,
+                                       .close = or_close, .free = or_free };
+
+/* GEN tokens of p (end-of-generation not honoured, so every run is as
+ * long), in a context of its own, gated unless no_gate. */
+static sp_spec_stats gen(fixture *f, sp_drafter *d, const sp_tokens *p, bool no_gate, run_out *o) {
+    sp_err err;
+    sp_ctx_params cp = sp_ctx_default_params();
+    cp.n_ctx = 512;
+    cp.pool = f->pool;
+    cp.cost = &f->cheap;
+    cp.no_gate = no_gate;
+    sp_ctx *c = sp_ctx_create(f->m, f->tok, &cp, &err);
+    assert_non_null(c);
+    sp_seq_params sq = sp_seq_default_params();
+    sq.prompt = p->ids;
+    sq.n_prompt = p->n;
+    sq.max_tokens = GEN;
+    sq.drafter = d;
+    sq.sampling.temperature = 0;
+    sq.emit = fx_collect;
+    sq.ud = o;
+    o->n = 0;
+    o->tok = NULL;
+    sp_spec_stats st;
+    sp_finish fin;
+    if (sp_ctx_generate(c, &sq, &st, &fin, &err)) fail_msg("generate: %s", err.msg);
+    sp_ctx_free(c);
+    assert_int_equal(o->n, GEN);
+    return st;
+}
+
+static void test_gate(void **state) {
+    fixture *f = *state;
+    sp_tokens p = { 0 };
+    fx_prompt(f, "Write a short story about a lighthouse keeper who finds a message in a bottle.", &p);
+    run_out plain, out;
+    gen(f, NULL, &p, false, &plain);
+    oracle o = { plain.toks, GEN, 0 };
+    sp_drafter *d = calloc(1, sizeof *d);
+    d->ops = &or_ops;
+    d->impl = &o;
+    snprintf(d->name, sizeof d->name, "oracle");
+    snprintf(d->ns, sizeof d->ns, "oracle");
+    d->cheap = true;
+    d->default_draft_max = 2;
+
+    /* drafting pays (every draft accepted, nothing hidden): mostly on */
+    sp_spec_stats st = gen(f, d, &p, false, &out);
+    assert_memory_equal(out.toks, plain.toks, GEN * sizeof(int32_t));
+    fprintf(stderr, "# oracle, free: rounds %lld, gated %lld, accepted %lld\n", (long long)st.rounds,
+            (long long)st.gated_rounds, (long long)st.accepted);
+    assert_true(st.gated_rounds * 4 < st.rounds);
+    assert_true(st.accepted > GEN / 2);
+
+    /* 30 ms the controller cannot see in each drafting round: mostly off */
+    o.sleep_ms = 30;
+    st = gen(f, d, &p, false, &out);
+    assert_memory_equal(out.toks, plain.toks, GEN * sizeof(int32_t));
+    fprintf(stderr, "# oracle, 30 ms a round: rounds %lld, gated %lld, spec rounds %lld\n", (long long)st.rounds,
+            (long long)st.gated_rounds, (long long)st.spec_rounds);
+    assert_true(st.gated_rounds * 2 > st.rounds);
+
+    /* ungated, the controller drafts in every round it can */
+    st = gen(f, d, &p, true, &out);
+    assert_memory_equal(out.toks, plain.toks, GEN * sizeof(int32_t));
+    assert_int_equal(st.gated_rounds, 0);
+    assert_true(st.spec_rounds * 4 > st.rounds * 3);
+    sp_drafter_free(d);
+    sp_tokens_free(&p);
+}
+
+int main(void) {
+    sp_base_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_gate, fx_setup_smol, fx_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
