@@ -117,6 +117,9 @@ typedef struct specula_ctx_params {
                                         (least recently used go first), with drafter states beside
                                         them, and a sequence prefills only what its longest cached
                                         prefix lacks; the output is the same as without */
+    bool no_spec_gate;               /* false (default): under the adaptive draft length, steps
+                                        with drafting allowed and forbidden are timed against each
+                                        other and the slower mode runs only as a probe */
 } specula_ctx_params;
 
 specula_ctx_params specula_ctx_default_params(void);

@@ -152,6 +152,7 @@ specula_ctx *specula_ctx_create(specula_model *m, const specula_ctx_params *p, s
     ip.threads = cp.n_threads;
     ip.cost_dir = cp.cost_cache_dir;
     ip.cache_bytes = cp.cache_bytes;
+    ip.no_gate = cp.no_spec_gate;
     sp_err e;
     sp_ctx *c = sp_ctx_create(m->m, m->tok, &ip, &e);
     if (!c) { set_err(err, &e); return NULL; }
