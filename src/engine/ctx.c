@@ -54,9 +54,9 @@ struct sp_ctx {
      * decoding sequences all draft with it */
     struct { const sp_drafter *d; sp_spec_gate g; } gates[SP_CTX_GATES];
     int n_gates;
-    sp_spec_gate *gate;                   /* this step's, NULL = none */
+    sp_spec_gate *gate;              /* this step's, NULL = none */
     int gate_seqs;                   /* its decoding sequences */
-    bool gate_spec;                  /* its mode: drafting allowed */
+    sp_gate_mode gate_mode;          /* its mode */
     bool pass_prefill;               /* the pass holds prompt rows (not measured) */
 };
 
@@ -452,7 +452,7 @@ static sp_spec_gate *gate_of(sp_ctx *c, const sp_drafter *d) {
         if (c->gates[i].d == d) return &c->gates[i].g;
     if (c->n_gates == SP_CTX_GATES) return NULL;
     c->gates[c->n_gates].d = d;
-    sp_spec_gate_init(&c->gates[c->n_gates].g);
+    sp_spec_gate_init(&c->gates[c->n_gates].g, d->cheap_lead > 0);
     return &c->gates[c->n_gates++].g;
 }
 
@@ -465,7 +465,7 @@ static void gate_step(sp_ctx *c) {
     const sp_drafter *d = NULL;
     int n = 0;
     for (int i = 0; i < c->p.n_slots; i++)
-        if (running(c, i)) sp_seq_gate(c->slots[i].seq, false);
+        if (running(c, i)) sp_seq_gate(c->slots[i].seq, SP_GATE_ALL);
     for (int i = 0; i < c->p.n_slots; i++) {
         if (!running(c, i) || sp_seq_prefilling(c->slots[i].seq)) continue;
         const sp_drafter *di = sp_seq_gateable(c->slots[i].seq) ? c->slots[i].draft->drafter : NULL;
@@ -475,9 +475,9 @@ static void gate_step(sp_ctx *c) {
     }
     if (!n || c->p.no_gate || !(c->gate = gate_of(c, d))) return;
     c->gate_seqs = n;
-    c->gate_spec = sp_spec_gate_next(c->gate, n);
+    c->gate_mode = sp_spec_gate_next(c->gate, n);
     for (int i = 0; i < c->p.n_slots; i++)
-        if (running(c, i) && !sp_seq_prefilling(c->slots[i].seq)) sp_seq_gate(c->slots[i].seq, !c->gate_spec);
+        if (running(c, i) && !sp_seq_prefilling(c->slots[i].seq)) sp_seq_gate(c->slots[i].seq, c->gate_mode);
 }
 
 /* Plans the pass: decoding windows first, each sequence's draft length
@@ -537,7 +537,7 @@ int sp_ctx_step(sp_ctx *c) {
         /* the whole step, planning and drafting included, as the gate
          * compares them; a pass with prompt rows says nothing of either */
         if (c->gate && !c->pass_prefill && !rc)
-            sp_spec_gate_observe(c->gate, c->gate_seqs, c->gate_spec, tokens, sp_ns_to_s(sp_now_ns() - t_step));
+            sp_spec_gate_observe(c->gate, c->gate_seqs, c->gate_mode, tokens, sp_ns_to_s(sp_now_ns() - t_step));
     }
     int left = 0;
     for (int i = 0; i < c->p.n_slots; i++) left += running(c, i);

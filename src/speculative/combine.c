@@ -67,6 +67,13 @@ static int cb_prefill(sp_draft *s, const int32_t *prompt, int n, const sp_taps *
     return 0;
 }
 
+/* The members that may propose this round: the leading ones the gate
+ * allows (sp_draft.members), or all.  The rest keep their backlog. */
+static int asked(const sp_draft *s) {
+    const cb_draft *g = s->impl;
+    return s->members > 0 && s->members < g->n ? s->members : g->n;
+}
+
 static int cb_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
                       sp_err *err) {
     cb_draft *g = s->impl;
@@ -76,7 +83,7 @@ static int cb_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
     *out = (sp_proposal){ 0 };
     if (max_n <= 0) return 0;    /* nobody is asked: everyone keeps the backlog */
     uint64_t absorb = 0;
-    for (int i = 0; i < g->n; i++) {
+    for (int i = 0; i < asked(s); i++) {
         sp_draft *sub = g->sub[i];
         sp_proposal p;
         if (sp_draft_propose(sub, g->backlog[i], g->n_back[i], max_n, &p, err)) return -1;
@@ -106,7 +113,7 @@ static int cb_propose_ahead(sp_draft *s, const int32_t *feed, int n_feed, const 
     memcpy(g->chain, ahead, (size_t)n_ahead * sizeof(int32_t));
     g->n_chain = n_ahead;
     *out = (sp_proposal){ 0 };
-    for (int i = 0; i < g->n && max_n > 0; i++) {
+    for (int i = 0; i < asked(s) && max_n > 0; i++) {
         sp_draft *sub = g->sub[i];
         if (!sub->drafter->ops->propose_ahead) continue;
         sp_proposal p;
@@ -286,5 +293,10 @@ sp_drafter *sp_combine_create(sp_drafter **subs, int n, sp_err *err) {
                                 i ? "," : "", subs[i]->name);
     }
     snprintf(d->ns, sizeof d->ns, "combine-v1:%s", d->name);
+    /* cheap members first, then costly ones: the gate may try the cheap
+     * ones alone */
+    int lead = 0;
+    while (lead < c->n && c->sub[lead]->cheap) lead++;
+    d->cheap_lead = lead < c->n ? lead : 0;
     return d;
 }

@@ -56,7 +56,7 @@ struct sp_seq {
     int32_t shadow[SP_SHADOW_MAX];
     int n_shadow, shadow_pos;    /* n_shadow = 0: no shadow proposal pending */
     int idle_rounds;             /* rounds since the last one that asked for drafts */
-    bool gated;                  /* the gate forbids drafting in the next plan (sp_seq_gate) */
+    sp_gate_mode gate;           /* what the next plans may draft with (sp_seq_gate) */
     /* grammar */
     sp_gmatch *gm;               /* borrowed; NULL = unconstrained */
     float *mrow;                 /* (n_vocab) a logit row under the grammar's mask */
@@ -106,6 +106,7 @@ sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *d
                       const sp_gen_config *cfg, sp_emit_fn emit, void *ud) {
     assert(cfg->draft_max != SP_DRAFT_ADAPTIVE || !draft || (cfg->cost && cfg->cost->valid));
     sp_seq *q = sp_xcalloc(1, sizeof *q);
+    q->gate = SP_GATE_ALL;
     q->m = m; q->kv = kv; q->smp = smp; q->draft = draft;
     q->cfg = *cfg;
     q->emit = emit; q->ud = ud;
@@ -121,7 +122,10 @@ sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *d
     return q;
 }
 
-void sp_seq_gate(sp_seq *q, bool off) { q->gated = off; }
+void sp_seq_gate(sp_seq *q, sp_gate_mode mode) {
+    q->gate = mode;
+    if (q->draft) q->draft->members = mode == SP_GATE_CHEAP ? q->draft->drafter->cheap_lead : 0;
+}
 
 bool sp_seq_gateable(const sp_seq *q) { return q->draft && q->cfg.draft_max == SP_DRAFT_ADAPTIVE; }
 
@@ -494,7 +498,7 @@ static void grammar_filter(sp_seq *q, sp_proposal *prop) {
  * holds pass_rows rows expected to emit pass_tokens tokens. */
 static int draft_budget(const sp_seq *q, int pass_rows, double pass_tokens) {
     if (!q->draft || q->cfg.draft_max == 0) return 0;
-    if (q->gated && q->cfg.draft_max == SP_DRAFT_ADAPTIVE) return 0;   /* not an idle round: no reprobe */
+    if (q->gate == SP_GATE_PLAIN && q->cfg.draft_max == SP_DRAFT_ADAPTIVE) return 0;   /* not idle: no reprobe */
     int n = q->cfg.draft_max == SP_DRAFT_ADAPTIVE ? sp_adapt_choose_in(&q->adapt, pass_rows, pass_tokens)
                                                   : q->cfg.draft_max;
     /* a drafter that runs a model has an unknown cost until it has drafted
@@ -622,8 +626,9 @@ static int plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, bool
     if (n < 0) return -1;
     if (n == 0) {
         const int budget = draft_budget(q, pass_rows, pass_tokens);
-        if (!q->gated) q->idle_rounds = budget > 0 ? 0 : q->idle_rounds + 1;
-        else q->st.gated_rounds++;
+        if (q->gate == SP_GATE_PLAIN) q->st.gated_rounds++;
+        else q->idle_rounds = budget > 0 ? 0 : q->idle_rounds + 1;
+        if (q->gate == SP_GATE_CHEAP) q->st.cheap_rounds++;
         if (may_defer && budget > 0 && q->draft && q->draft->drafter->ops->propose_group) {
             /* the proposal comes from a group call with other sequences'
              * drafts (sp_seq_plan_group); until then the controller's

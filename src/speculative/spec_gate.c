@@ -9,11 +9,12 @@
  * than plain decoding (eagle 0.90x alone, ngram 0.91x under load).
  *
  * The gate measures instead of modelling: the wall time of whole steps
- * and the tokens they emit, with drafting allowed and with it forbidden,
- * per number of sequences decoding in the pass (a pass of four has other
- * rates than one of one).  Each bucket runs cycles: most steps in the mode
- * that measured faster, the last few in the other one, so both estimates
- * stay current as the text changes.  The first step after a switch is not
+ * and the tokens they emit, with drafting allowed and with it forbidden
+ * (and, for a combination led by cheap drafters, with those alone: where
+ * "suffix,eagle" pays less than suffix), per number of sequences decoding
+ * in the pass (a pass of four has other rates than one of one).  Each
+ * bucket runs cycles: most steps in the mode that measured fastest, a few
+ * in each other one, so every estimate stays current as the text changes.  The first step after a switch is not
  * measured: it pays for the other mode (a head catching up on the rows it
  * skipped, caches refilled).  The cost of knowing is bounded: at most the
  * probe share of steps run in the slower mode.
@@ -24,54 +25,75 @@
 #include <string.h>
 
 #define SP_SPEC_GATE_DECAY 0.97       /* memory of ~30 measured steps per mode */
-#define SP_SPEC_GATE_MIN 2.5          /* measured steps (decayed) of each mode before the faster one leads */
+#define SP_SPEC_GATE_MIN 2.5          /* measured steps (decayed) of a mode before it may lead */
 
-void sp_spec_gate_init(sp_spec_gate *g) {
+void sp_spec_gate_init(sp_spec_gate *g, bool cheap) {
     memset(g, 0, sizeof *g);
+    g->cheap = cheap;
     for (int i = 0; i < SP_SPEC_GATE_BUCKETS; i++) {
-        g->b[i].prefer = true;   /* speculate until measured otherwise */
+        g->b[i].prefer = SP_GATE_ALL;   /* draft until measured otherwise */
         g->b[i].last = -1;
     }
 }
 
 static sp_spec_gate_bucket *bucket(sp_spec_gate *g, int n_seqs) {
-    int i = n_seqs < 1 ? 0 : n_seqs > SP_SPEC_GATE_BUCKETS ? SP_SPEC_GATE_BUCKETS - 1 : n_seqs - 1;
+    const int i = n_seqs < 1 ? 0 : n_seqs > SP_SPEC_GATE_BUCKETS ? SP_SPEC_GATE_BUCKETS - 1 : n_seqs - 1;
     return &g->b[i];
 }
 
 /* Early cycles are short, so a request learns within its first hundred
- * steps; later ones long, so probing the slower mode costs little. */
-static int cycle_len(const sp_spec_gate_bucket *b) { return b->cycle < 2 ? 16 : 48; }
+ * steps; later ones long, so probing the slower modes costs little. */
+static int main_len(const sp_spec_gate_bucket *b) { return b->cycle < 2 ? 12 : 42; }
 static int probe_len(const sp_spec_gate_bucket *b) { return b->cycle < 2 ? 4 : 6; }
-
-double sp_spec_gate_rate(const sp_spec_gate *g, int n_seqs, bool spec) {
-    const sp_spec_gate_bucket *b = bucket((sp_spec_gate *)g, n_seqs);
-    const int m = spec;
-    return b->n[m] >= SP_SPEC_GATE_MIN && b->sec[m] > 0 ? b->tok[m] / b->sec[m] : 0.0;
+static int n_modes(const sp_spec_gate *g) { return g->cheap ? 3 : 2; }
+/* The gate's i-th mode: PLAIN, (CHEAP,) ALL. */
+static sp_gate_mode mode_at(const sp_spec_gate *g, int i) {
+    return i == 0 ? SP_GATE_PLAIN : i == n_modes(g) - 1 ? SP_GATE_ALL : SP_GATE_CHEAP;
 }
 
-bool sp_spec_gate_next(sp_spec_gate *g, int n_seqs) {
-    sp_spec_gate_bucket *b = bucket(g, n_seqs);
-    if (b->pos == 0) {
-        const double on = sp_spec_gate_rate(g, n_seqs, true), off = sp_spec_gate_rate(g, n_seqs, false);
-        b->prefer = !(on > 0 && off > 0) || on >= off;
+double sp_spec_gate_rate(const sp_spec_gate *g, int n_seqs, sp_gate_mode mode) {
+    const sp_spec_gate_bucket *b = bucket((sp_spec_gate *)g, n_seqs);
+    return b->n[mode] >= SP_SPEC_GATE_MIN && b->sec[mode] > 0 ? b->tok[mode] / b->sec[mode] : 0.0;
+}
+
+/* The fastest measured mode; ALL while it is not measured. */
+static sp_gate_mode fastest(const sp_spec_gate *g, int n_seqs) {
+    sp_gate_mode best = SP_GATE_ALL;
+    double best_rate = sp_spec_gate_rate(g, n_seqs, SP_GATE_ALL);
+    if (best_rate <= 0) return SP_GATE_ALL;
+    for (int i = 0; i < n_modes(g) - 1; i++) {
+        const sp_gate_mode m = mode_at(g, i);
+        const double r = sp_spec_gate_rate(g, n_seqs, m);
+        if (r > best_rate) { best = m; best_rate = r; }
     }
-    const bool spec = b->pos < cycle_len(b) - probe_len(b) ? b->prefer : !b->prefer;
-    b->fresh = b->last != (int)spec;
-    b->last = spec;
-    if (++b->pos == cycle_len(b)) {
+    return best;
+}
+
+sp_gate_mode sp_spec_gate_next(sp_spec_gate *g, int n_seqs) {
+    sp_spec_gate_bucket *b = bucket(g, n_seqs);
+    if (b->pos == 0) b->prefer = fastest(g, n_seqs);
+    sp_gate_mode mode = b->prefer;
+    if (b->pos >= main_len(b)) {     /* the probes: each other mode in turn */
+        int k = (b->pos - main_len(b)) / probe_len(b);
+        for (int i = 0; i < n_modes(g); i++) {
+            if (mode_at(g, i) == b->prefer) continue;
+            if (k-- == 0) { mode = mode_at(g, i); break; }
+        }
+    }
+    b->fresh = b->last != (int)mode;
+    b->last = (int)mode;
+    if (++b->pos == main_len(b) + (n_modes(g) - 1) * probe_len(b)) {
         b->pos = 0;
         b->cycle++;
     }
-    return spec;
+    return mode;
 }
 
-void sp_spec_gate_observe(sp_spec_gate *g, int n_seqs, bool spec, double tokens, double seconds) {
+void sp_spec_gate_observe(sp_spec_gate *g, int n_seqs, sp_gate_mode mode, double tokens, double seconds) {
     sp_spec_gate_bucket *b = bucket(g, n_seqs);
-    assert(b->last == (int)spec);    /* the mode sp_spec_gate_next gave this step */
+    assert(b->last == (int)mode);    /* the mode sp_spec_gate_next gave this step */
     if (b->fresh || seconds <= 0 || tokens < 0) return;
-    const int m = spec;
-    b->tok[m] = b->tok[m] * SP_SPEC_GATE_DECAY + tokens;
-    b->sec[m] = b->sec[m] * SP_SPEC_GATE_DECAY + seconds;
-    b->n[m] = b->n[m] * SP_SPEC_GATE_DECAY + 1.0;
+    b->tok[mode] = b->tok[mode] * SP_SPEC_GATE_DECAY + tokens;
+    b->sec[mode] = b->sec[mode] * SP_SPEC_GATE_DECAY + seconds;
+    b->n[mode] = b->n[mode] * SP_SPEC_GATE_DECAY + 1.0;
 }

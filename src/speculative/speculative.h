@@ -161,12 +161,16 @@ struct sp_drafter {
                                         cached prefix (priming it costs passes; model-free drafters
                                         rebuild theirs from the tokens in microseconds) */
     int default_draft_max;
+    int cheap_lead;                  /* a combination of cheap drafters then costly ones: how many
+                                        cheap ones lead (0 = none; the gate may run them alone) */
     void *impl;
 };
 
 struct sp_draft {
     sp_drafter *drafter;             /* borrowed */
     void *impl;
+    int members;                     /* a combination: the leading members that may propose
+                                        (0 = all; set by the gate) */
 };
 
 /* Generic entry points (check capabilities, namespaces, proposals). */
@@ -364,6 +368,7 @@ typedef struct sp_spec_stats {
     int64_t forwards;                /* target passes after prefill */
     int64_t group_proposals;         /* proposals made in a group call with other sequences' drafts */
     int64_t gated_rounds;            /* rounds in which the gate (spec_gate.c) allowed no drafts */
+    int64_t cheap_rounds;            /* ... or only a combination's cheap members */
     int64_t emitted;                 /* generated tokens */
     int64_t n_prompt;                /* prompt tokens prefilled */
     int64_t n_cached;                /* prompt tokens found in a cache (not prefilled) */
@@ -447,28 +452,35 @@ double sp_adapt_expected(const sp_adapt *a, int n);
  * The gate: whether drafting pays, measured end to end (spec_gate.c)
  * ======================================================================= */
 
+/* What a step may draft with.  CHEAP exists for combinations whose cheap
+ * members lead (sp_drafter.cheap_lead): "suffix,eagle" with suffix alone. */
+typedef enum { SP_GATE_PLAIN = 0, SP_GATE_CHEAP = 1, SP_GATE_ALL = 2 } sp_gate_mode;
+
 /* Steps are bucketed by the sequences decoding in their pass: 1 .. 8+. */
 #define SP_SPEC_GATE_BUCKETS 8
 typedef struct sp_spec_gate_bucket {
-    double tok[2], sec[2], n[2];     /* decayed tokens, seconds and steps measured; [0] plain, [1] drafting */
+    double tok[3], sec[3], n[3];     /* per mode: decayed tokens, seconds and steps measured */
     int pos, cycle;                  /* step within the current cycle; cycles done */
-    bool prefer;                     /* the cycle's main mode: true = drafting allowed */
+    sp_gate_mode prefer;             /* the cycle's main mode */
     bool fresh;                      /* the last step switched modes (it is not measured) */
     int last;                        /* the last step's mode (-1 before the first) */
 } sp_spec_gate_bucket;
 typedef struct sp_spec_gate {
+    bool cheap;                      /* CHEAP is a mode of this gate */
     sp_spec_gate_bucket b[SP_SPEC_GATE_BUCKETS];
 } sp_spec_gate;
 
-void sp_spec_gate_init(sp_spec_gate *g);
-/* The mode of the next step whose pass decodes n_seqs sequences: true =
- * drafting allowed.  Advances that bucket's schedule. */
-bool sp_spec_gate_next(sp_spec_gate *g, int n_seqs);
-/* The step sp_spec_gate_next was just asked about took `seconds` of wall time
- * (planning, drafting, the forward, verification) and emitted `tokens`. */
-void sp_spec_gate_observe(sp_spec_gate *g, int n_seqs, bool spec, double tokens, double seconds);
+/* A gate whose modes are PLAIN and ALL, and CHEAP too when `cheap`. */
+void sp_spec_gate_init(sp_spec_gate *g, bool cheap);
+/* The mode of the next step whose pass decodes n_seqs sequences.
+ * Advances that bucket's schedule. */
+sp_gate_mode sp_spec_gate_next(sp_spec_gate *g, int n_seqs);
+/* The step sp_spec_gate_next was just asked about took `seconds` of wall
+ * time (planning, drafting, the forward, verification) and emitted
+ * `tokens`. */
+void sp_spec_gate_observe(sp_spec_gate *g, int n_seqs, sp_gate_mode mode, double tokens, double seconds);
 /* The measured tokens per second of a bucket's mode, 0 while unknown. */
-double sp_spec_gate_rate(const sp_spec_gate *g, int n_seqs, bool spec);
+double sp_spec_gate_rate(const sp_spec_gate *g, int n_seqs, sp_gate_mode mode);
 
 /* ==========================================================================
  * The round loop of one sequence (round.c)
@@ -526,10 +538,11 @@ sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *d
  * A position where the grammar allows no token ends the sequence with an
  * error (sp_seq_apply fails with a message naming the grammar). */
 void sp_seq_set_grammar(sp_seq *q, sp_gmatch *gm);
-/* The gate's word for the next plans (ctx.c): off = draft nothing (forced
- * spans still run).  Only a sequence under the adaptive length obeys: a
- * fixed --draft-max is the caller's choice. */
-void sp_seq_gate(sp_seq *q, bool off);
+/* The gate's word for the next plans (ctx.c): PLAIN = draft nothing
+ * (forced spans still run), CHEAP = a combination's leading cheap members
+ * only.  Only a sequence under the adaptive length obeys: a fixed
+ * --draft-max is the caller's choice. */
+void sp_seq_gate(sp_seq *q, sp_gate_mode mode);
 /* Whether the gate applies: a drafter under the adaptive length. */
 bool sp_seq_gateable(const sp_seq *q);
 void sp_seq_free(sp_seq *q);

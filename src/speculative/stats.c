@@ -44,6 +44,7 @@ void sp_stats_add(sp_spec_stats *a, const sp_spec_stats *s) {
     a->forwards += s->forwards;
     a->group_proposals += s->group_proposals;
     a->gated_rounds += s->gated_rounds;
+    a->cheap_rounds += s->cheap_rounds;
     a->emitted += s->emitted;
     a->n_prompt += s->n_prompt;
     a->n_cached += s->n_cached;
@@ -78,9 +79,10 @@ double sp_stats_decode_tps(const sp_spec_stats *s) {
 
 void sp_stats_format(const sp_spec_stats *s, const char *method, char *buf, size_t cap) {
     size_t n = (size_t)snprintf(buf, cap,
-        "spec %s: %lld rounds (%lld drafting, %lld gated plain), drafted %lld, accepted %lld (%.1f%%), mean accept "
+        "spec %s: %lld rounds (%lld drafting, %lld gated plain, %lld cheap only), drafted %lld, accepted %lld (%.1f%%), mean accept "
         "len %.2f, %.2f tokens/forward, time draft %.0f ms verify %.0f ms sample %.0f ms | "
         "accept by position:", method, (long long)s->rounds, (long long)s->spec_rounds, (long long)s->gated_rounds,
+        (long long)s->cheap_rounds,
         (long long)s->drafted, (long long)s->accepted, 100.0 * sp_stats_accept_rate(s),
         sp_stats_mean_accept_len(s), sp_stats_tokens_per_forward(s), s->draft_ns / 1e6,
         s->verify_ns / 1e6, s->sample_ns / 1e6);

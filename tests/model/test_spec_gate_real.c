@@ -19,7 +19,14 @@ typedef struct oracle {
     const int32_t *toks;         /* plain decoding's output */
     int n;
     int sleep_ms;                /* extra time of each round with drafts, in commit */
+    int every;                   /* > 0: proposes only while (emitted / every) is even */
+    int propose_ms;              /* > 0: each proposal sleeps this long and proposes nothing */
 } oracle;
+
+static void sleep_ms(int ms) {
+    struct timespec ts = { 0, ms * 1000000L };
+    nanosleep(&ts, NULL);
+}
 
 typedef struct oracle_draft {
     int n_gen;                   /* generated tokens the draft has seen */
@@ -43,7 +50,13 @@ static int or_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
     const oracle *o = s->drafter->impl;
     oracle_draft *g = s->impl;
     g->n_gen += n_feed;
+    if (o->propose_ms > 0) {     /* a costly member that finds nothing */
+        sleep_ms(o->propose_ms);
+        *out = (sp_proposal){ 0 };
+        return 0;
+    }
     int n = max_n < 2 ? max_n : 2;
+    if (o->every > 0 && (g->n_gen / o->every) % 2) n = 0;
     if (g->n_gen + n > o->n) n = o->n - g->n_gen > 0 ? o->n - g->n_gen : 0;
     *out = (sp_proposal){ .n = n, .tokens = o->toks + g->n_gen };
     return 0;
@@ -52,10 +65,7 @@ static void or_commit(sp_draft *s, int nd, int na, const int32_t *path, const sp
     (void)path; (void)v;
     const oracle *o = s->drafter->impl;
     ((oracle_draft *)s->impl)->n_gen += na;
-    if (na > 0 && o->sleep_ms) {   /* a verified round (a shadow proposal accepts none) */
-        struct timespec ts = { 0, o->sleep_ms * 1000000L };
-        nanosleep(&ts, NULL);
-    }
+    if (na > 0 && o->sleep_ms) sleep_ms(o->sleep_ms);   /* a verified round (a shadow proposal accepts none) */
 }
 static int or_ckpt(sp_draft *s, uint8_t **b, size_t *l, sp_err *err) {
     (void)s; (void)b; (void)l;
@@ -100,20 +110,25 @@ static sp_spec_stats gen(fixture *f, sp_drafter *d, const sp_tokens *p, bool no_
     return st;
 }
 
+static sp_drafter *oracle_drafter(oracle *o, const char *name, bool cheap) {
+    sp_drafter *d = calloc(1, sizeof *d);
+    d->ops = &or_ops;
+    d->impl = o;
+    snprintf(d->name, sizeof d->name, "%s", name);
+    snprintf(d->ns, sizeof d->ns, "%s", name);
+    d->cheap = cheap;
+    d->default_draft_max = 2;
+    return d;
+}
+
 static void test_gate(void **state) {
     fixture *f = *state;
     sp_tokens p = { 0 };
     fx_prompt(f, "Write a short story about a lighthouse keeper who finds a message in a bottle.", &p);
     run_out plain, out;
     gen(f, NULL, &p, false, &plain);
-    oracle o = { plain.toks, GEN, 0 };
-    sp_drafter *d = calloc(1, sizeof *d);
-    d->ops = &or_ops;
-    d->impl = &o;
-    snprintf(d->name, sizeof d->name, "oracle");
-    snprintf(d->ns, sizeof d->ns, "oracle");
-    d->cheap = true;
-    d->default_draft_max = 2;
+    oracle o = { plain.toks, GEN, 0, 0, 0 };
+    sp_drafter *d = oracle_drafter(&o, "oracle", true);
 
     /* drafting pays (every draft accepted, nothing hidden): mostly on */
     sp_spec_stats st = gen(f, d, &p, false, &out);
@@ -140,10 +155,53 @@ static void test_gate(void **state) {
     sp_tokens_free(&p);
 }
 
+/* A combination led by a cheap drafter (an oracle that proposes in every
+ * other run of 8 tokens) and a costly one asked only when the cheap one
+ * finds nothing (20 ms a proposal, never a draft: what "suffix,eagle"
+ * pays when eagle does not help).  The cheap member alone is the fastest
+ * mode: the gate must run most steps with it alone (cheap_rounds), probe
+ * the others, and the output must equal plain decoding's.  A combination
+ * of cheap members only has no such mode. */
+static void test_gate_cheap(void **state) {
+    fixture *f = *state;
+    sp_tokens p = { 0 };
+    fx_prompt(f, "Explain how a refrigerator keeps food cold, step by step.", &p);
+    run_out plain, out;
+    gen(f, NULL, &p, false, &plain);
+    oracle lead = { plain.toks, GEN, 0, 8, 0 }, slow = { plain.toks, GEN, 0, 0, 20 };
+    sp_drafter *subs[2] = { oracle_drafter(&lead, "lead", true), oracle_drafter(&slow, "slow", false) };
+    sp_err err;
+    sp_drafter *d = sp_combine_create(subs, 2, &err);
+    assert_non_null(d);
+    assert_int_equal(d->cheap_lead, 1);
+    sp_spec_stats st = gen(f, d, &p, false, &out);
+    assert_memory_equal(out.toks, plain.toks, GEN * sizeof(int32_t));
+    fprintf(stderr, "# lead,slow: rounds %lld, cheap only %lld, gated plain %lld, accepted %lld\n",
+            (long long)st.rounds, (long long)st.cheap_rounds, (long long)st.gated_rounds, (long long)st.accepted);
+    assert_true(st.cheap_rounds * 2 > st.rounds);
+    assert_true(st.accepted > GEN / 4);
+    /* ungated, every mode-less round asks the slow member too */
+    st = gen(f, d, &p, true, &out);
+    assert_memory_equal(out.toks, plain.toks, GEN * sizeof(int32_t));
+    assert_int_equal(st.cheap_rounds, 0);
+    sp_drafter_free(d);
+    /* two cheap members: no cheap-only mode */
+    sp_drafter *two[2] = { oracle_drafter(&lead, "a", true), oracle_drafter(&lead, "b", true) };
+    d = sp_combine_create(two, 2, &err);
+    assert_non_null(d);
+    assert_int_equal(d->cheap_lead, 0);
+    st = gen(f, d, &p, false, &out);
+    assert_memory_equal(out.toks, plain.toks, GEN * sizeof(int32_t));
+    assert_int_equal(st.cheap_rounds, 0);
+    sp_drafter_free(d);
+    sp_tokens_free(&p);
+}
+
 int main(void) {
     sp_base_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_gate, fx_setup_smol, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_gate_cheap, fx_setup_smol, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

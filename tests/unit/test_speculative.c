@@ -396,73 +396,91 @@ static void test_stats(void **st) {
     assert_float_equal(sp_stats_decode_tps(&a), 62.0 / 4.0, 1e-9);
     char buf[1024];
     sp_stats_format(&a, "ngram", buf, sizeof buf);
-    assert_non_null(strstr(buf, "spec ngram: 20 rounds (16 drafting, 0 gated plain), drafted 80, accepted 40 (50.0%)"));
+    assert_non_null(strstr(buf, "spec ngram: 20 rounds (16 drafting, 0 gated plain, 0 cheap only), drafted 80, accepted 40 (50.0%)"));
     assert_non_null(strstr(buf, "accept by position: 0.75"));
 }
 
 /* The gate under a simulated clock: each step's seconds and tokens come
- * from the mode's true rate (with a first step after each switch that
- * pays for the other mode, which must not be measured). */
-typedef struct gate_sim { double on_tps, off_tps, switch_s; int steps_on, steps_off; } gate_sim;
+ * from its mode's true rate (tps[mode]), with a first step after each
+ * switch that pays for the other mode, which must not be measured. */
+typedef struct gate_sim { double tps[3], switch_s; int steps[3]; } gate_sim;
 
 static void gate_run(sp_spec_gate *g, gate_sim *m, int n_seqs, int steps) {
     int last = -1;
     for (int i = 0; i < steps; i++) {
-        const bool spec = sp_spec_gate_next(g, n_seqs);
-        const double tokens = spec ? 1.5 : 1.0;                 /* tokens per step */
-        double s = tokens / (spec ? m->on_tps : m->off_tps);
-        if (last >= 0 && last != (int)spec) s += m->switch_s;   /* a catch-up after a switch */
-        last = spec;
-        if (spec) m->steps_on++;
-        else m->steps_off++;
-        sp_spec_gate_observe(g, n_seqs, spec, tokens, s);
+        const sp_gate_mode mode = sp_spec_gate_next(g, n_seqs);
+        const double tokens = mode == SP_GATE_PLAIN ? 1.0 : 1.5;    /* tokens per step */
+        double s = tokens / m->tps[mode];
+        if (last >= 0 && last != (int)mode) s += m->switch_s;       /* a catch-up after a switch */
+        last = (int)mode;
+        m->steps[mode]++;
+        sp_spec_gate_observe(g, n_seqs, mode, tokens, s);
     }
 }
+
+static void gate_reset(gate_sim *m) { m->steps[0] = m->steps[1] = m->steps[2] = 0; }
 
 static void test_spec_gate(void **st) {
     (void)st;
     sp_spec_gate g;
     /* drafting pays (1.3x): the gate keeps it on, probing plain in at most
      * an eighth of the steps once past its first cycles */
-    sp_spec_gate_init(&g);
-    gate_sim a = { 130, 100, 0.05, 0, 0 };
+    sp_spec_gate_init(&g, false);
+    gate_sim a = { { 100, 0, 130 }, 0.05, { 0 } };
     gate_run(&g, &a, 1, 32);
-    a.steps_on = a.steps_off = 0;
+    gate_reset(&a);
     gate_run(&g, &a, 1, 960);
-    assert_true(a.steps_off <= 960 / 8);
-    assert_true(sp_spec_gate_rate(&g, 1, true) > sp_spec_gate_rate(&g, 1, false));
+    assert_true(a.steps[SP_GATE_PLAIN] <= 960 / 8);
+    assert_int_equal(a.steps[SP_GATE_CHEAP], 0);     /* not a mode of this gate */
     /* the rates are the true ones: the switch steps' catch-up (50 ms, 5x a
      * step) was not measured */
-    assert_true(fabs(sp_spec_gate_rate(&g, 1, true) - 130) < 1e-6);
-    assert_true(fabs(sp_spec_gate_rate(&g, 1, false) - 100) < 1e-6);
+    assert_true(fabs(sp_spec_gate_rate(&g, 1, SP_GATE_ALL) - 130) < 1e-6);
+    assert_true(fabs(sp_spec_gate_rate(&g, 1, SP_GATE_PLAIN) - 100) < 1e-6);
     /* drafting loses (0.9x): after the first cycles the gate runs plain
      * and probes drafting in at most an eighth of the steps */
-    sp_spec_gate_init(&g);
-    gate_sim b = { 90, 100, 0.05, 0, 0 };
+    sp_spec_gate_init(&g, false);
+    gate_sim b = { { 100, 0, 90 }, 0.05, { 0 } };
     gate_run(&g, &b, 1, 32);
-    b.steps_on = b.steps_off = 0;
+    gate_reset(&b);
     gate_run(&g, &b, 1, 960);
-    assert_true(b.steps_on <= 960 / 8);
+    assert_true(b.steps[SP_GATE_ALL] <= 960 / 8);
     /* buckets are apart: four sequences where drafting loses do not turn
      * it off for one sequence where it pays */
-    gate_sim c = { 60, 100, 0, 0, 0 };
-    sp_spec_gate_init(&g);
+    gate_sim c = { { 100, 0, 60 }, 0, { 0 } };
+    sp_spec_gate_init(&g, false);
     gate_run(&g, &c, 4, 640);
-    gate_sim d = { 130, 100, 0, 0, 0 };
+    gate_sim d = { { 100, 0, 130 }, 0, { 0 } };
     gate_run(&g, &d, 1, 640);
-    assert_true(d.steps_on > 640 * 3 / 4);
-    assert_true(c.steps_off > 640 * 3 / 4);
-    assert_true(sp_spec_gate_rate(&g, 2, true) == 0);   /* an unmeasured bucket knows nothing */
+    assert_true(d.steps[SP_GATE_ALL] > 640 * 3 / 4);
+    assert_true(c.steps[SP_GATE_PLAIN] > 640 * 3 / 4);
+    assert_true(sp_spec_gate_rate(&g, 2, SP_GATE_ALL) == 0);   /* an unmeasured bucket knows nothing */
     /* the mode changes when the text does: drafting that paid and stops
      * paying is turned off within a few cycles */
-    gate_sim e = { 150, 100, 0, 0, 0 };
-    sp_spec_gate_init(&g);
+    gate_sim e = { { 100, 0, 150 }, 0, { 0 } };
+    sp_spec_gate_init(&g, false);
     gate_run(&g, &e, 1, 480);
-    e.on_tps = 70;
+    e.tps[SP_GATE_ALL] = 70;
     gate_run(&g, &e, 1, 480);
-    e.steps_on = e.steps_off = 0;
+    gate_reset(&e);
     gate_run(&g, &e, 1, 480);
-    assert_true(e.steps_on <= 480 / 8);
+    assert_true(e.steps[SP_GATE_ALL] <= 480 / 8);
+    /* three modes (a combination led by a cheap drafter): the cheap one
+     * alone is fastest, so it leads; each other mode is probed */
+    sp_spec_gate_init(&g, true);
+    gate_sim f = { { 100, 136, 127 }, 0.02, { 0 } };
+    gate_run(&g, &f, 1, 64);
+    gate_reset(&f);
+    gate_run(&g, &f, 1, 1080);
+    assert_true(f.steps[SP_GATE_CHEAP] >= 1080 * 3 / 4);
+    assert_true(f.steps[SP_GATE_PLAIN] > 0 && f.steps[SP_GATE_ALL] > 0);
+    assert_true(fabs(sp_spec_gate_rate(&g, 1, SP_GATE_CHEAP) - 136) < 1e-6);
+    /* and when all members pay more, all of them lead */
+    sp_spec_gate_init(&g, true);
+    gate_sim h = { { 100, 115, 127 }, 0.02, { 0 } };
+    gate_run(&g, &h, 1, 64);
+    gate_reset(&h);
+    gate_run(&g, &h, 1, 1080);
+    assert_true(h.steps[SP_GATE_ALL] >= 1080 * 3 / 4);
 }
 
 int main(void) {
