@@ -7,6 +7,7 @@
 # build/loadtest/.
 #
 #   scripts/loadtest.sh [-m MODEL] [-d SECONDS] [-n MAX_TOKENS] [-c "1 2 4 8"] [-s "none ngram"] [-b BINARY]
+#                       [-x "EXTRA SERVER OPTIONS"]
 #
 # Needs a release build (make BUILD=release; -b tests another binary, e.g.
 # an older commit's for an A/B) and installs locust into .venv.
@@ -15,11 +16,12 @@ cd "$(dirname "$0")/.."
 model=smollm2-135m; dur=60; maxtok=64; clients="1 2 4 8"; methods="none ngram"
 prompts=bench/prompts.jsonl
 bin=build/release/specula
-while getopts "m:d:n:c:s:p:b:" o; do
+extra=""
+while getopts "m:d:n:c:s:p:b:x:" o; do
     case $o in
         m) model=$OPTARG ;; d) dur=$OPTARG ;; n) maxtok=$OPTARG ;; c) clients=$OPTARG ;;
-        s) methods=$OPTARG ;; p) prompts=$OPTARG ;; b) bin=$OPTARG ;;
-        *) echo "usage: $0 [-m MODEL] [-d SECONDS] [-n MAX_TOKENS] [-c CLIENTS] [-s METHODS] [-p PROMPTS] [-b BINARY]" >&2; exit 2 ;;
+        s) methods=$OPTARG ;; p) prompts=$OPTARG ;; b) bin=$OPTARG ;; x) extra=$OPTARG ;;
+        *) echo "usage: $0 [-m MODEL] [-d SECONDS] [-n MAX_TOKENS] [-c CLIENTS] [-s METHODS] [-p PROMPTS] [-b BINARY] [-x SERVER_OPTIONS]" >&2; exit 2 ;;
     esac
 done
 [ -x "$bin" ] || { echo "loadtest: $bin missing; run make BUILD=release" >&2; exit 1; }
@@ -38,7 +40,8 @@ maxc=0; for c in $clients; do [ "$c" -gt "$maxc" ] && maxc=$c; done
 spec=ngram
 for m in $methods; do case "$m" in none|ngram|suffix) ;; *) spec=$m ;; esac; done
 # one server for every run: as many slots as the most clients, so no one queues
-"$bin" serve -m "$model" --port 0 --parallel "$maxc" --spec "$spec" > "$out/server.log" 2>&1 &
+# shellcheck disable=SC2086  # $extra: options, split on purpose
+"$bin" serve -m "$model" --port 0 --parallel "$maxc" --spec "$spec" $extra > "$out/server.log" 2>&1 &
 srv=$!
 trap 'kill $srv 2>/dev/null; wait $srv 2>/dev/null || true' EXIT
 port=""

@@ -50,10 +50,12 @@ struct sp_ctx {
     sp_seq **group;                  /* (n_slots) */
     int64_t *emitted;                /* (n_slots) a planned slot's tokens before the step */
     sp_ctx_pass last;
-    /* the speculation gate (spec_gate.c): one per drafter, for the steps whose
-     * decoding sequences all draft with it */
-    struct { const sp_drafter *d; sp_spec_gate g; } gates[SP_CTX_GATES];
+    /* the speculation gate (spec_gate.c): one per drafter (its serial), for
+     * the steps whose decoding sequences all draft with it; the least
+     * recently used one makes room for a new drafter */
+    struct { uint64_t serial; uint64_t used; sp_spec_gate g; } gates[SP_CTX_GATES];
     int n_gates;
+    uint64_t gate_clock;             /* gate_of calls, for `used` */
     sp_spec_gate *gate;              /* this step's, NULL = none */
     int gate_seqs;                   /* its decoding sequences */
     sp_gate_mode gate_mode;          /* its mode */
@@ -445,15 +447,26 @@ static int plan_groups(sp_ctx *c, int nd, int *n) {
     return extra;
 }
 
-/* The gate of drafter d, made at its first use; NULL when the table is
- * full (the drafter's steps then go ungated). */
+/* The gate of drafter d, made at its first use.  Keyed by serial, not
+ * address: a drafter freed and another made in its place must not inherit
+ * its measurements.  A full table drops the least recently used gate. */
 static sp_spec_gate *gate_of(sp_ctx *c, const sp_drafter *d) {
-    for (int i = 0; i < c->n_gates; i++)
-        if (c->gates[i].d == d) return &c->gates[i].g;
-    if (c->n_gates == SP_CTX_GATES) return NULL;
-    c->gates[c->n_gates].d = d;
-    sp_spec_gate_init(&c->gates[c->n_gates].g, d->cheap_lead > 0);
-    return &c->gates[c->n_gates++].g;
+    int at = -1;
+    c->gate_clock++;
+    for (int i = 0; i < c->n_gates && at < 0; i++)
+        if (c->gates[i].serial == d->serial) at = i;
+    if (at < 0) {
+        if (c->n_gates < SP_CTX_GATES) at = c->n_gates++;
+        else {
+            at = 0;
+            for (int i = 1; i < c->n_gates; i++)
+                if (c->gates[i].used < c->gates[at].used) at = i;
+        }
+        c->gates[at].serial = d->serial;
+        sp_spec_gate_init(&c->gates[at].g, d->cheap_lead > 0);
+    }
+    c->gates[at].used = c->gate_clock;
+    return &c->gates[at].g;
 }
 
 /* The gate's mode for this step.  It applies when every decoding sequence
@@ -473,7 +486,8 @@ static void gate_step(sp_ctx *c) {
         d = di;
         n++;
     }
-    if (!n || c->p.no_gate || !(c->gate = gate_of(c, d))) return;
+    if (!n || c->p.no_gate || !d->serial) return;   /* serial 0: not made by sp_drafter_alloc */
+    c->gate = gate_of(c, d);
     c->gate_seqs = n;
     c->gate_mode = sp_spec_gate_next(c->gate, n);
     for (int i = 0; i < c->p.n_slots; i++)

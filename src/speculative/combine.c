@@ -262,7 +262,7 @@ sp_drafter *sp_combine_create(sp_drafter **subs, int n, sp_err *err) {
         return NULL;
     }
     cb_drafter *c = sp_xcalloc(1, sizeof *c);
-    sp_drafter *d = sp_xcalloc(1, sizeof *d);
+    sp_drafter *d = sp_drafter_alloc();
     d->ops = &cb_ops;
     d->impl = c;
     d->cheap = true;

@@ -3,6 +3,7 @@
 #include "speculative/speculative.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +110,13 @@ int sp_draft_propose_ahead(sp_draft *s, const int32_t *feed, int n_feed, const i
 
 void sp_draft_close(sp_draft *s) {
     if (s) s->drafter->ops->close(s);
+}
+
+sp_drafter *sp_drafter_alloc(void) {
+    static atomic_uint_fast64_t next = 1;
+    sp_drafter *d = sp_xcalloc(1, sizeof *d);
+    d->serial = (uint64_t)atomic_fetch_add(&next, 1);
+    return d;
 }
 
 void sp_drafter_free(sp_drafter *d) {

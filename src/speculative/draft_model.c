@@ -248,7 +248,7 @@ static const sp_drafter_ops dm_ops = {
  * ------------------------------------------------------------------------ */
 
 static sp_drafter *dm_new(dm_drafter *dm, const char *name) {
-    sp_drafter *d = sp_xcalloc(1, sizeof *d);
+    sp_drafter *d = sp_drafter_alloc();
     d->ops = &dm_ops;
     d->impl = dm;
     d->cheap = false;

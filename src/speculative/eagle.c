@@ -516,7 +516,7 @@ sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_e
         sp_err_set(err, "eagle: tree width must be in [1, %d] (got %d)", SP_EAGLE_MAX_WIDTH, o->tree_width);
         return NULL;
     }
-    sp_drafter *d = sp_xcalloc(1, sizeof *d);
+    sp_drafter *d = sp_drafter_alloc();
     d->ops = &eagle_ops;
     d->impl = e;
     snprintf(d->name, sizeof d->name, "eagle");

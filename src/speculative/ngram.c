@@ -307,7 +307,7 @@ sp_drafter *sp_ngram_create_tree(int min_ngram, int max_ngram, int width, sp_err
                    max_ngram);
         return NULL;
     }
-    sp_drafter *d = sp_xcalloc(1, sizeof *d);
+    sp_drafter *d = sp_drafter_alloc();
     ngram_drafter *c = sp_xmalloc(sizeof *c);
     c->min = min_ngram;
     c->max = max_ngram;

@@ -163,8 +163,14 @@ struct sp_drafter {
     int default_draft_max;
     int cheap_lead;                  /* a combination of cheap drafters then costly ones: how many
                                         cheap ones lead (0 = none; the gate may run them alone) */
+    uint64_t serial;                 /* unique to this drafter in the process (sp_drafter_alloc):
+                                        state kept about it elsewhere (a context's gates) is keyed
+                                        by it, as a freed drafter's address may come back */
     void *impl;
 };
+
+/* A zeroed drafter with a new serial, for a drafter's create function. */
+sp_drafter *sp_drafter_alloc(void);
 
 struct sp_draft {
     sp_drafter *drafter;             /* borrowed */

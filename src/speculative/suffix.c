@@ -287,7 +287,7 @@ static int check_opts(const sp_suffix_opts *o, sp_err *err) {
 sp_drafter *sp_suffix_create(const sp_suffix_opts *opts, sp_err *err) {
     const sp_suffix_opts o = opts ? *opts : sp_suffix_defaults();
     if (check_opts(&o, err)) return NULL;
-    sp_drafter *d = sp_xcalloc(1, sizeof *d);
+    sp_drafter *d = sp_drafter_alloc();
     suffix_drafter *c = sp_xcalloc(1, sizeof *c);
     c->o = o;
     pthread_mutex_init(&c->mu, NULL);

@@ -81,9 +81,7 @@ static const sp_drafter_ops or_ops = { .open = or_open, .prefill = or_prefill, .
                                        .commit = or_commit, .checkpoint = or_ckpt, .restore = or_restore,
                                        .close = or_close, .free = or_free };
 
-/* GEN tokens of p (end-of-generation not honoured, so every run is as
- * long), in a context of its own, gated unless no_gate. */
-static sp_spec_stats gen(fixture *f, sp_drafter *d, const sp_tokens *p, bool no_gate, run_out *o) {
+static sp_ctx *new_ctx(fixture *f, bool no_gate) {
     sp_err err;
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = 512;
@@ -92,10 +90,17 @@ static sp_spec_stats gen(fixture *f, sp_drafter *d, const sp_tokens *p, bool no_
     cp.no_gate = no_gate;
     sp_ctx *c = sp_ctx_create(f->m, f->tok, &cp, &err);
     assert_non_null(c);
+    return c;
+}
+
+/* n tokens of p in context c (end-of-generation not honoured, so every run
+ * is as long). */
+static sp_spec_stats gen_in(sp_ctx *c, sp_drafter *d, const sp_tokens *p, int n, run_out *o) {
+    sp_err err;
     sp_seq_params sq = sp_seq_default_params();
     sq.prompt = p->ids;
     sq.n_prompt = p->n;
-    sq.max_tokens = GEN;
+    sq.max_tokens = n;
     sq.drafter = d;
     sq.sampling.temperature = 0;
     sq.emit = fx_collect;
@@ -105,13 +110,20 @@ static sp_spec_stats gen(fixture *f, sp_drafter *d, const sp_tokens *p, bool no_
     sp_spec_stats st;
     sp_finish fin;
     if (sp_ctx_generate(c, &sq, &st, &fin, &err)) fail_msg("generate: %s", err.msg);
+    assert_int_equal(o->n, n);
+    return st;
+}
+
+/* GEN tokens of p in a context of its own, gated unless no_gate. */
+static sp_spec_stats gen(fixture *f, sp_drafter *d, const sp_tokens *p, bool no_gate, run_out *o) {
+    sp_ctx *c = new_ctx(f, no_gate);
+    const sp_spec_stats st = gen_in(c, d, p, GEN, o);
     sp_ctx_free(c);
-    assert_int_equal(o->n, GEN);
     return st;
 }
 
 static sp_drafter *oracle_drafter(oracle *o, const char *name, bool cheap) {
-    sp_drafter *d = calloc(1, sizeof *d);
+    sp_drafter *d = sp_drafter_alloc();
     d->ops = &or_ops;
     d->impl = o;
     snprintf(d->name, sizeof d->name, "%s", name);
@@ -197,11 +209,58 @@ static void test_gate_cheap(void **state) {
     sp_tokens_free(&p);
 }
 
+/* One context, many drafters: each has a gate of its own.  A drafter
+ * made where a freed one lay (malloc hands the address back) starts
+ * unmeasured instead of inheriting the old one's verdict, and a drafter
+ * beyond the table's SP_CTX_GATES is still gated (the least recently used
+ * gate makes room). */
+static void test_gate_per_drafter(void **state) {
+    fixture *f = *state;
+    sp_tokens p = { 0 };
+    fx_prompt(f, "Write a short story about a lighthouse keeper who finds a message in a bottle.", &p);
+    run_out plain, out;
+    gen(f, NULL, &p, false, &plain);
+    oracle slow = { plain.toks, GEN, 30, 0, 0 }, fast = { plain.toks, GEN, 0, 0, 0 };
+    sp_ctx *c = new_ctx(f, false);
+
+    sp_drafter *a = oracle_drafter(&slow, "oracle", true);
+    const void *where = a;
+    sp_spec_stats st = gen_in(c, a, &p, GEN, &out);
+    assert_memory_equal(out.toks, plain.toks, GEN * sizeof(int32_t));
+    assert_true(st.gated_rounds * 2 > st.rounds);
+    sp_drafter_free(a);
+
+    sp_drafter *b = oracle_drafter(&fast, "oracle", true);
+    st = gen_in(c, b, &p, GEN, &out);
+    assert_memory_equal(out.toks, plain.toks, GEN * sizeof(int32_t));
+    fprintf(stderr, "# a free drafter after a slow one (%s address): rounds %lld, gated %lld\n",
+            (const void *)b == where ? "same" : "another", (long long)st.rounds, (long long)st.gated_rounds);
+    assert_true(st.gated_rounds * 4 < st.rounds);
+
+    sp_drafter *fill[SP_CTX_GATES];
+    for (int i = 0; i < SP_CTX_GATES; i++) {
+        fill[i] = oracle_drafter(&fast, "fill", true);
+        gen_in(c, fill[i], &p, 16, &out);
+    }
+    sp_drafter *z = oracle_drafter(&slow, "oracle", true);
+    st = gen_in(c, z, &p, GEN, &out);
+    assert_memory_equal(out.toks, plain.toks, GEN * sizeof(int32_t));
+    fprintf(stderr, "# a slow drafter after %d others: rounds %lld, gated %lld\n", SP_CTX_GATES + 1,
+            (long long)st.rounds, (long long)st.gated_rounds);
+    assert_true(st.gated_rounds * 2 > st.rounds);
+    for (int i = 0; i < SP_CTX_GATES; i++) sp_drafter_free(fill[i]);
+    sp_drafter_free(z);
+    sp_drafter_free(b);
+    sp_ctx_free(c);
+    sp_tokens_free(&p);
+}
+
 int main(void) {
     sp_base_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_gate, fx_setup_smol, fx_teardown),
         cmocka_unit_test_setup_teardown(test_gate_cheap, fx_setup_smol, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_gate_per_drafter, fx_setup_smol, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
