@@ -4,6 +4,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,7 +281,8 @@ sp_head_ws *sp_head_ws_create(const sp_head *h, int max_rows, int n_ctx, sp_pool
     w->hb = sp_alloc_aligned(R * (size_t)hp->n_ff * sizeof(float));
     w->hb2 = sp_alloc_aligned(R * (size_t)hp->n_ff * sizeof(float));
     w->rope_cs = sp_alloc_aligned((size_t)hp->head_dim * sizeof(float));
-    w->scores = sp_alloc_aligned((size_t)(hp->n_head / hp->n_head_kv) * (size_t)n_ctx * sizeof(float));
+    w->scores = sp_alloc_aligned((size_t)sp_pool_size(pool) * (size_t)(hp->n_head / hp->n_head_kv) * (size_t)n_ctx *
+                                 sizeof(float));   /* per thread (head_attn_worker) */
     w->act = sp_alloc_aligned(act_bytes(h, max_rows));
     return w;
 }
@@ -320,13 +322,46 @@ static void head_inputs(const sp_head *h, sp_head_ws *w, const float *g, const i
     }
 }
 
+typedef struct head_attn_job {
+    const sp_head *h;
+    sp_head_ws *w;
+    sp_kv *const *kv;
+    const int *pos;
+    int n;
+    atomic_int next;                 /* the next (row, KV head) item */
+} head_attn_job;
+
+/* Attention of the items (row i, KV head): its group of query heads over
+ * the row's cache up to its position.  Threads take items from a shared
+ * counter (in a causal catch-up row i reads i keys, so equal shares of
+ * rows would be unequal work); an item's result does not depend on which
+ * thread computes it. */
+static void head_attn_worker(void *ctx, int ith, int nth) {
+    (void)nth;
+    head_attn_job *j = ctx;
+    const sp_head_hparams *hp = &j->h->hp;
+    const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    const size_t qd = (size_t)hp->n_head * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *scores = j->w->scores + (size_t)ith * (size_t)group * (size_t)j->w->n_ctx;
+    for (;;) {
+        const int t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (t >= j->n * hp->n_head_kv) break;
+        const int i = t / hp->n_head_kv, kvh = t % hp->n_head_kv;
+        const sp_kv *kv = j->kv[i];
+        const size_t kvd = (size_t)kv->kv_dim, off = (size_t)i * qd + (size_t)kvh * group * hd;
+        sp_attn_heads(j->w->att + off, j->w->q + off, group, kv->k + (size_t)kvh * hd, kv->v + (size_t)kvh * hd, kvd,
+                      hd, 0, j->pos[i] + 1, scale, scores);
+    }
+}
+
 /* RoPE (adjacent pairs) at each row's position, K/V into its cache, and
  * causal attention over that cache: att (n, n_head * head_dim).  Row i goes
  * to cache kv[i] at slot pos[i] (rows of one sequence in order; several
  * sequences' rows in one pass when kv differs). */
 static void head_attention(const sp_head *h, sp_head_ws *w, sp_kv *const *kv, const int *pos, int n) {
     const sp_head_hparams *hp = &h->hp;
-    const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    const int hd = hp->head_dim;
     const size_t qd = (size_t)hp->n_head * hd, kvd = (size_t)kv[0]->kv_dim;
     for (int i = 0; i < n; i++) {
         const int slot = pos[i];
@@ -339,13 +374,9 @@ static void head_attention(const sp_head *h, sp_head_ws *w, sp_kv *const *kv, co
             kv[i]->v[(size_t)slot * kvd + e] = sp_f32_to_f16(w->v[i * kvd + e]);
         }
     }
-    const float scale = 1.0f / sqrtf((float)hd);
-    for (int i = 0; i < n; i++)
-        for (int kvh = 0; kvh < hp->n_head_kv; kvh++) {
-            const size_t off = i * qd + (size_t)kvh * group * hd;
-            sp_attn_heads(w->att + off, w->q + off, group, kv[i]->k + (size_t)kvh * hd, kv[i]->v + (size_t)kvh * hd,
-                          kvd, hd, 0, pos[i] + 1, scale, w->scores);
-        }
+    head_attn_job j = { .h = h, .w = w, .kv = kv, .pos = pos, .n = n };
+    atomic_init(&j.next, 0);
+    sp_pool_run(w->pool, head_attn_worker, &j);
 }
 
 /* The layer over n rows whose caches and positions are kv[i], pos[i]:
