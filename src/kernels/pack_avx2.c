@@ -20,9 +20,10 @@
  * invariance); only the order of the float sums differs from the portable
  * dot, as on the unpacked SIMD path.
  *
- * The values of up to SP_PSEG blocks of a group are unpacked once into a
- * stack panel (nibbles split, |w| taken) and used by every activation row,
- * two rows at a time.
+ * The kernels read the weight vectors straight from the blocks for each
+ * group of up to 4 activation rows; only Q5_0 with more than 8 rows
+ * unpacks up to SP_PSEG blocks once into a stack panel (5th bits merged,
+ * |w| taken) that every pair of rows reads.
  */
 #include "kernels/internal.h"
 

@@ -3,11 +3,10 @@
  * pack_avx2.c (SP_PK_VNNI 0: maddubs + add) and pack_vnni.c (SP_PK_VNNI 1:
  * AVX-VNNI dpbusd), each compiled for its own target.  The integer sums
  * are exact either way (see pack_avx2.c), so both give bit-identical
- * results.  AVX2 unpacks a panel of blocks once for all activation rows
- * (its sign and int16 steps make unpacking dear); VNNI needs only a load
- * and at most a few bit operations per weight vector, which is cheaper
- * than storing a panel and loading it back, so it reads the blocks
- * directly.
+ * results.  Both read the weight vectors straight from the blocks: a
+ * load and at most a few bit operations per vector are cheaper than
+ * storing a panel and loading it back, except for AVX2's Q5_0 with many
+ * rows, whose 5th bits it unpacks once to a panel.
  *
  * The includer defines SP_PK_VNNI and SP_PK_DOT_PACKED (the name of the
  * exported entry) and opens the target pragma.  Private to the kernels.
@@ -16,7 +15,7 @@
 #define SP_PRAGMA(x) _Pragma(#x)
 #define SP_UNROLL SP_PRAGMA(GCC unroll 8)
 
-/* Packed blocks of one group taken at a time (the AVX2 panel). */
+/* Packed blocks of one group taken at a time (the AVX2 Q5_0 panel). */
 #define SP_PSEG 32
 
 /* The 4 bytes at p in every 32-bit lane. */
@@ -33,7 +32,7 @@ SP_AI __m256 sp_p_f16x8(const uint8_t p[16]) {
 /* Vector u (< 8) of a packed block: 4 elements of each of the 8 rows, in
  * the order of sp_p_off.  Q4_1: the nibbles (0..15).  Q5_0: w + 16 (0..31;
  * see sp_p_q5_0_vec).  Q8_0: w as stored.  Each is a few instructions on
- * one 32-byte load, so kernels may call them per use or keep a panel. */
+ * one 32-byte load, so kernels call them per use (AVX2 Q5_0 may keep a panel). */
 SP_AI __m256i sp_p_nib_vec(const uint8_t *qs, int u) {
     const __m256i b = _mm256_loadu_si256((const __m256i *)(qs + 32 * (u / 2)));
     return _mm256_and_si256(u % 2 ? _mm256_srli_epi16(b, 4) : b, _mm256_set1_epi8(15));
@@ -117,94 +116,10 @@ SP_AI void sp_p_rows(const uint32_t t, const void *xb, int nk, int64_t kb, const
 
 #else
 
-typedef struct sp_ppanel {
-    __m256i q[SP_PSEG][8];   /* vector u of block k: Q4_1 nibbles, Q5_0 and Q8_0 |w| */
-    __m256i s[SP_PSEG][8];   /* Q5_0: the signed values w (for the signs) */
-    __m256 d[SP_PSEG];       /* the 8 rows' scales */
-    __m256 m[SP_PSEG];       /* Q4_1: the 8 rows' mins */
-} sp_ppanel;
-
-/* The panel entries of block k (see sp_ppanel). */
-static void sp_p_unpack_q4_1(const sp_blk_q4_1x8 *x, sp_ppanel *p, int k) {
-    for (int u = 0; u < 8; u++) p->q[k][u] = sp_p_q4_1_vec(x, u);
-    p->d[k] = sp_p_f16x8(x->d);
-    p->m[k] = sp_p_f16x8(x->m);
-}
-
-static void sp_p_unpack_q5_0(const sp_blk_q5_0x8 *x, sp_ppanel *p, int k) {
-    for (int u = 0; u < 8; u++) {
-        const __m256i w = _mm256_sub_epi8(sp_p_q5_0_vec(x, u), _mm256_set1_epi8(16));
-        p->s[k][u] = w;
-        p->q[k][u] = _mm256_abs_epi8(w);
-    }
-    p->d[k] = sp_p_f16x8(x->d);
-}
-
-static void sp_p_unpack_q8_0(const sp_blk_q8_0x8 *x, sp_ppanel *p, int k) {
-    for (int u = 0; u < 8; u++) {
-        p->q[k][u] = _mm256_abs_epi8(sp_p_q8_0_vec(x, u));
-    }
-    p->d[k] = sp_p_f16x8(x->d);
-}
-
-/* R (1 or 2) activation rows over nk packed blocks of the panel in the
- * nibble layout (t, a constant after inlining: Q4_1 or Q5_0); kb is the
- * index of the panel's first block in the row.
- *   Q4_1: nibbles (0..15) by y; the min term goes to accm.
- *   Q5_0: |w| by sign(y, w), 8 of them summed in int16 stay exact (at
- *         most 8 * 2 * 16 * 127 = 32512). */
-SP_AI void sp_p_nib_rows(const uint32_t t, const sp_ppanel *p, int nk, int64_t kb, const sp_act_view *v,
-                         __m256 *acc, __m256 *accm, const int R) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 a[2], am[2];
-    SP_UNROLL for (int r = 0; r < R; r++) { a[r] = acc[r]; am[r] = accm[r]; }
-    for (int k = 0; k < nk; k++) {
-        const int64_t b = kb + k;
-        SP_UNROLL for (int r = 0; r < R; r++) {
-            const int8_t *y = v[r].q + SP_QK * b;
-            __m256i s = _mm256_setzero_si256();
-            SP_UNROLL for (int u = 0; u < 8; u++) {
-                const __m256i yb = sp_p_bcast4(y + 4 * (u / 2) + 16 * (u % 2));
-                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(p->q[k][u], t == SP_Q5_0 ? _mm256_sign_epi8(yb, p->s[k][u]) : yb));
-            }
-            const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones));
-            a[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(p->d[k], _mm256_broadcast_ss(v[r].d + b)), a[r]);
-            if (t == SP_Q4_1) am[r] = _mm256_fmadd_ps(p->m[k], _mm256_broadcast_ss(v[r].s + b), am[r]);
-        }
-    }
-    SP_UNROLL for (int r = 0; r < R; r++) { acc[r] = a[r]; accm[r] = am[r]; }
-}
-
-/* As sp_p_nib_rows for Q8_0 (x: the packed blocks, for the signs). */
-SP_AI void sp_p_q8_0_rows(const sp_ppanel *p, const sp_blk_q8_0x8 *x, int nk, int64_t kb,
-                          const sp_act_view *v, __m256 *acc, const int R) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 a[2];
-    SP_UNROLL for (int r = 0; r < R; r++) a[r] = acc[r];
-    for (int k = 0; k < nk; k++) {
-        const int64_t b = kb + k;
-        SP_UNROLL for (int r = 0; r < R; r++) {
-            const int8_t *y = v[r].q + SP_QK * b;
-            /* four independent chains: the madd + add latency would
-             * otherwise leave the units idle */
-            __m256i s4[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                              _mm256_setzero_si256() };
-            SP_UNROLL for (int j = 0; j < 8; j++) {
-                const __m256i w = _mm256_loadu_si256((const __m256i *)(x[k].qs + 32 * j));
-                const __m256i ys = _mm256_sign_epi8(sp_p_bcast4(y + 4 * j), w);
-                s4[j % 4] = _mm256_add_epi32(s4[j % 4], _mm256_madd_epi16(_mm256_maddubs_epi16(p->q[k][j], ys), ones));
-            }
-            const __m256i s = _mm256_add_epi32(_mm256_add_epi32(s4[0], s4[1]), _mm256_add_epi32(s4[2], s4[3]));
-            a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(p->d[k], _mm256_broadcast_ss(v[r].d + b)), a[r]);
-        }
-    }
-    SP_UNROLL for (int r = 0; r < R; r++) acc[r] = a[r];
-}
-
 /* The kernels straight from the packed blocks, R (1 to 4) activation rows
  * sharing each weight vector.  For these formats a weight vector is one
  * load and a few integer operations (an and/shift, a bit merge, an abs),
- * cheaper than storing it to the panel and loading it back.  Reading the
+ * cheaper than storing it to a panel and loading it back.  Reading the
  * blocks again for each group of R rows pays for any number of rows for
  * Q4_1 and Q8_0 and up to 8 rows for Q5_0, whose 5th bits cost more to
  * merge (measured on Zen 3, 576 x 1536: 1 row 23-40 % faster, 4 rows
@@ -295,22 +210,47 @@ SP_AI void sp_p_all_direct(const uint32_t t, const void *xb, int nk, int64_t kb,
 /* Up to this many activation rows Q5_0 reads the blocks directly; from
  * there on its panel (unpacked once per segment) pays. */
 #define SP_PK_DIRECT_Q5_0 8
+/* Q5_0 from many rows: the 8 vectors of each block of a segment unpacked
+ * once to a panel (|w| and w, for the signs) that every pair of rows reads. */
+typedef struct sp_ppanel {
+    __m256i q[SP_PSEG][8];   /* vector u of block k: |w| */
+    __m256i s[SP_PSEG][8];   /* the signed values w */
+    __m256 d[SP_PSEG];       /* the 8 rows' scales */
+} sp_ppanel;
 
-/* The AVX2 kernels by format (R <= 2), from the panel p. */
-SP_AI void sp_p_rows_panel(const uint32_t t, const sp_ppanel *p, const void *xb, int nk, int64_t kb,
-                           const sp_act_view *v, __m256 *acc, __m256 *accm, const int R) {
-    if (t == SP_Q8_0) sp_p_q8_0_rows(p, (const sp_blk_q8_0x8 *)xb, nk, kb, v, acc, R);
-    else sp_p_nib_rows(t, p, nk, kb, v, acc, accm, R);
-}
-#define SP_PK_R 2
-
-/* The panel of the nk blocks at xb. */
-SP_AI void sp_p_unpack(const uint32_t t, const void *xb, int nk, sp_ppanel *p) {
+SP_AI void sp_p_q5_0_unpack(const sp_blk_q5_0x8 *x, int nk, sp_ppanel *p) {
     for (int k = 0; k < nk; k++) {
-        if (t == SP_Q4_1) sp_p_unpack_q4_1((const sp_blk_q4_1x8 *)xb + k, p, k);
-        else if (t == SP_Q5_0) sp_p_unpack_q5_0((const sp_blk_q5_0x8 *)xb + k, p, k);
-        else sp_p_unpack_q8_0((const sp_blk_q8_0x8 *)xb + k, p, k);
+        for (int u = 0; u < 8; u++) {
+            const __m256i w = _mm256_sub_epi8(sp_p_q5_0_vec(x + k, u), _mm256_set1_epi8(16));
+            p->s[k][u] = w;
+            p->q[k][u] = _mm256_abs_epi8(w);
+        }
+        p->d[k] = sp_p_f16x8(x[k].d);
     }
+}
+
+/* R (1 or 2) rows over the nk blocks of the panel; kb is the index of the
+ * panel's first block in the row.  |w| by sign(y, w), 8 of them summed in
+ * int16 stay exact (at most 8 * 2 * 16 * 127 = 32512). */
+SP_AI void sp_p_q5_0_panel_rows(const sp_ppanel *p, int nk, int64_t kb, const sp_act_view *v,
+                                __m256 *acc, const int R) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 a[2];
+    SP_UNROLL for (int r = 0; r < R; r++) a[r] = acc[r];
+    for (int k = 0; k < nk; k++) {
+        const int64_t b = kb + k;
+        SP_UNROLL for (int r = 0; r < R; r++) {
+            const int8_t *y = v[r].q + SP_QK * b;
+            __m256i s = _mm256_setzero_si256();
+            SP_UNROLL for (int u = 0; u < 8; u++) {
+                const __m256i yb = sp_p_bcast4(y + sp_p_off(SP_Q5_0, u));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(p->q[k][u], _mm256_sign_epi8(yb, p->s[k][u])));
+            }
+            const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones));
+            a[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(p->d[k], _mm256_broadcast_ss(v[r].d + b)), a[r]);
+        }
+    }
+    SP_UNROLL for (int r = 0; r < R; r++) acc[r] = a[r];
 }
 
 #endif
@@ -344,10 +284,10 @@ static void sp_p_group(uint32_t t, int64_t nb, const void *x, const sp_act_view 
                 sp_p_all_direct(T, xb, nk, kb, v, nr, acc, accm);                                    \
                 break;                                                                               \
             }                                                                                        \
-            sp_p_unpack(T, xb, nk, &p);                                                              \
+            sp_p_q5_0_unpack((const sp_blk_q5_0x8 *)xb, nk, &p);                                    \
             int r = 0;                                                                               \
-            for (; r + SP_PK_R <= nr; r += SP_PK_R) sp_p_rows_panel(T, &p, xb, nk, kb, v + r, acc + r, accm + r, SP_PK_R); \
-            if (r < nr) sp_p_rows_panel(T, &p, xb, nk, kb, v + r, acc + r, accm + r, 1);             \
+            for (; r + 2 <= nr; r += 2) sp_p_q5_0_panel_rows(&p, nk, kb, v + r, acc + r, 2);         \
+            if (r < nr) sp_p_q5_0_panel_rows(&p, nk, kb, v + r, acc + r, 1);                         \
         } while (0)
 #endif
         if (t == SP_Q4_1) SP_P_ALL_ROWS(SP_Q4_1);
