@@ -1,13 +1,14 @@
 /* Generated chat requests for self-distillation: everyday requests and
  * arithmetic word problems, put together from templates, word lists and
- * random numbers.  A chat head learns what the model says to requests
- * like its users' (advice, explanations, short texts, worked sums); the
- * corpus-snippet requests of distill.c alone teach it only to summarise
- * code and documentation.  Nothing here comes from the benchmark prompt
- * sets, which stay unseen. */
+ * random numbers, and requests about a text from the corpus (summaries,
+ * answers, conversions, code edits).  A chat head learns what the model
+ * says to requests like its users'.  Nothing here comes from the
+ * benchmark prompt sets, which stay unseen. */
 #include "train/train.h"
 
+#include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define N_OF(a) (sizeof(a) / sizeof *(a))
@@ -99,4 +100,102 @@ static void word_problem(char *buf, size_t cap, sp_rng *rng) {
 void sp_distill_request(char *buf, size_t cap, sp_rng *rng) {
     if (sp_rng_next(rng) % 3 == 0) word_problem(buf, cap, rng);
     else everyday(buf, cap, rng);
+}
+
+/* ----------------------------------------------------------------------------
+ * Requests about a pasted text
+ *
+ * What users ask about a text they paste: summaries of a given length or
+ * shape, answers from the text, format conversions, edits that print the
+ * text again, and for code: comments, hints, explanations and reviews.
+ * Many of these answers copy spans of the prompt, which a head can only
+ * learn to predict from sequences where the prompt reaches it whole.
+ * ------------------------------------------------------------------------- */
+
+/* Words of code a rename request must not name. */
+static bool keyword(const char *w, size_t n) {
+    static const char *const kw[] = { "return", "import", "lambda", "assert", "global", "except", "finally",
+                                      "continue", "nonlocal", "static", "struct", "unsigned", "sizeof", "typedef",
+                                      "extern", "switch", "default", "define", "include", "double", "signed",
+                                      "elif", "while", "yield", "raise", "print", "object", "string", "values" };
+    for (size_t i = 0; i < N_OF(kw); i++)
+        if (strlen(kw[i]) == n && !strncmp(kw[i], w, n)) return true;
+    return false;
+}
+
+/* A word of at least 6 ASCII letters from s (its first letter at a random
+ * start), copied into w; false when s has none. */
+static bool pick_word(const char *s, char *w, size_t cap, sp_rng *rng) {
+    const size_t n = strlen(s);
+    if (n == 0) return false;
+    const size_t start = (size_t)(sp_rng_next(rng) % n);
+    for (size_t k = 0; k < n; k++) {
+        size_t i = (start + k) % n, len = 0;
+        if (i > 0 && isalpha((unsigned char)s[i - 1])) continue;        /* a word's start */
+        while (isalpha((unsigned char)s[i + len])) len++;
+        if (len >= 6 && len < cap && !isalnum((unsigned char)s[i + len]) && s[i + len] != '_' &&
+            !(i > 0 && s[i - 1] == '_') && !keyword(s + i, len)) {
+            memcpy(w, s + i, len);
+            w[len] = 0;
+            return true;
+        }
+    }
+    return false;
+}
+
+static const char *const text_asks[] = {
+    "Summarize this text in %d sentences.",
+    "Summarize this text as %d bullet points.",
+    "What are the main points of this text? Answer with a short list.",
+    "Explain what the following is about.",
+    "Rewrite the following text in plain language.",
+    "Continue the following text.",
+    "Write three questions about this text and answer them.",
+    "Fix the spelling and grammar of the following text and print it in full.",
+    "Turn the following into a JSON object with the keys \"topic\", \"summary\" and \"keywords\".",
+    "Make a Markdown table of the facts in this text, with the columns Item and Detail.",
+    "Rewrite the following as a numbered list of short statements.",
+};
+static const char *const code_asks[] = {
+    "Add a short comment above every function in this code. Change nothing else and print the whole code.",
+    "Explain what this code does.",
+    "Summarize what this code does as %d bullet points.",
+    "Find possible bugs in this code and explain how to fix them.",
+    "Write a docstring for each function in this code.",
+    "Rewrite this code so that it is easier to read, and print the whole code.",
+    "List the functions in this code with their parameters as a JSON array.",
+    "Write unit tests for this code.",
+};
+
+static char *format_ask(const char *fmt, int n) {
+    char *b = sp_xmalloc(256);
+    snprintf(b, 256, fmt, n);
+    return b;
+}
+
+char *sp_distill_doc_request(const char *text, const char *lang, sp_rng *rng) {
+    const int n = 2 + (int)(sp_rng_next(rng) % 4);
+    char *ask, word[40];
+    const uint64_t r = sp_rng_next(rng);
+    if (lang) {
+        if (!strcmp(lang, "python") && r % 5 == 0) ask = format_ask("Add type hints to every function in this "
+                                                                    "Python code. Change nothing else and print the "
+                                                                    "whole code.", 0);
+        else if (r % 5 == 1 && pick_word(text, word, sizeof word, rng)) {
+            ask = sp_xmalloc(256);
+            snprintf(ask, 256, "Rename %s to a clearer name everywhere in this code and print the whole code.", word);
+        } else ask = format_ask(code_asks[(r / 5) % N_OF(code_asks)], n);
+    } else if (r % 4 == 0 && pick_word(text, word, sizeof word, rng)) {
+        ask = sp_xmalloc(256);
+        if ((r / 4) % 2) snprintf(ask, 256, "Answer from the text only: what does it say about \"%s\"?", word);
+        else snprintf(ask, 256, "Where does the following text mention %s, and what does it say there?", word);
+    } else ask = format_ask(text_asks[(r / 4) % N_OF(text_asks)], n);
+    const size_t cap = strlen(ask) + strlen(text) + (lang ? strlen(lang) : 0) + 16;
+    char *msg = sp_xmalloc(cap);
+    /* the ask first or, now and then, after the text, as users write both */
+    if (lang) snprintf(msg, cap, "%s\n\n```%s\n%s\n```", ask, lang, text);
+    else if (r % 7 == 3) snprintf(msg, cap, "%s\n\n%s", text, ask);
+    else snprintf(msg, cap, "%s\n\n%s", ask, text);
+    free(ask);
+    return msg;
 }

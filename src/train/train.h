@@ -223,6 +223,12 @@ typedef struct sp_distill_opts {
  * arithmetic word problem, from templates and the rng, into buf. */
 void sp_distill_request(char *buf, size_t cap, sp_rng *rng);
 
+/* A request about text from the corpus (prompts.c): a summary, an answer
+ * from it, a conversion or, with lang (the code's language, "" for none)
+ * set, a code edit or review, with the text pasted in.  Returns the
+ * message (free it). */
+char *sp_distill_doc_request(const char *text, const char *lang, sp_rng *rng);
+
 typedef void (*sp_distill_progress)(void *ud, uint64_t tokens, uint64_t goal, uint64_t answer_tokens);
 
 /* Makes the data file at out_path with the context's model (its slots

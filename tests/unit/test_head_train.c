@@ -259,6 +259,47 @@ static void test_requests(void **state) {
     assert_int_equal(strlen(tiny), 7);
 }
 
+/* Requests about a pasted text: fixed by the seed, the whole text in
+ * them (fenced as code when it is code), every template slot filled, and
+ * the kinds varied; a rename names a word of the code, not a keyword. */
+static void test_doc_requests(void **state) {
+    (void)state;
+    const char *prose = "The library opened a seed shelf in spring. Members borrowed packets and returned saved "
+                        "seeds in autumn; volunteers sorted them.";
+    const char *code = "def total(prices, discount):\n    subtotal = sum(prices)\n    return subtotal * (1 - discount)\n";
+    int distinct = 0, fenced = 0, quoted = 0;
+    char seen[96][160];
+    for (int i = 0; i < 96; i++) {
+        const bool is_code = i % 2;
+        sp_rng r1 = { 77 + (uint64_t)i }, r2 = { 77 + (uint64_t)i };
+        char *a = sp_distill_doc_request(is_code ? code : prose, is_code ? "python" : NULL, &r1);
+        char *b = sp_distill_doc_request(is_code ? code : prose, is_code ? "python" : NULL, &r2);
+        assert_string_equal(a, b);
+        assert_non_null(strstr(a, is_code ? code : prose));
+        assert_null(strstr(a, "%d"));
+        assert_null(strstr(a, "%s"));
+        if (is_code) {
+            assert_non_null(strstr(a, "```python\n"));
+            fenced++;
+            const char *rn = strstr(a, "Rename ");
+            if (rn) {
+                assert_true(!strncmp(rn + 7, "subtotal", 8) || !strncmp(rn + 7, "prices", 6) ||
+                            !strncmp(rn + 7, "discount", 8));
+            }
+        }
+        quoted += strstr(a, "\"") != NULL;
+        const size_t ask = strcspn(a, "\n");
+        bool dup = false;
+        for (int j = 0; j < distinct; j++) dup |= !strncmp(seen[j], a, ask) && seen[j][ask] == 0;
+        if (!dup && ask < sizeof seen[0]) { memcpy(seen[distinct], a, ask); seen[distinct++][ask] = 0; }
+        free(a);
+        free(b);
+    }
+    assert_int_equal(fenced, 48);
+    assert_true(quoted > 0);
+    assert_true(distinct >= 16);
+}
+
 /* Training turns subnormals off on every pool thread and restores the
  * mode after: a subnormal product is 0 inside, not after. */
 #if defined(__x86_64__) || defined(__i386__)
@@ -298,6 +339,7 @@ int main(void) {
         cmocka_unit_test(test_short_sequences),
         cmocka_unit_test(test_learns),
         cmocka_unit_test(test_foreign_tokens),
+        cmocka_unit_test(test_doc_requests),
         cmocka_unit_test(test_requests),
         cmocka_unit_test(test_denormals),
     };
