@@ -207,35 +207,41 @@ static int write_header(recorder *r) {
 typedef struct answer {
     sp_tokens seq;                   /* prompt, then the answer */
     int n_prompt;
-    bool done;
+    const sp_tokenizer *tok;
 } answer;
 
+/* An answer ends with its end-of-turn token, as it does when served: what
+ * a model writes past it (further turns it makes up) is never drafted for,
+ * and was a fifth of the answers' tokens when recorded. */
 static sp_emit_result on_answer(void *ud, int32_t tok, bool drafted, const float *logits) {
     (void)drafted; (void)logits;
-    sp_tokens_push(&((answer *)ud)->seq, tok);
-    return SP_EMIT_CONTINUE;
+    answer *a = ud;
+    sp_tokens_push(&a->seq, tok);
+    return sp_tokenizer_is_eog(a->tok, tok) ? SP_EMIT_STOP : SP_EMIT_CONTINUE;
 }
 
-/* The prompt asking for an answer about a snippet. */
+/* The language of a code file's fence, from its name; NULL for prose. */
+static const char *code_lang(const char *path) {
+    static const char *const map[][2] = { { ".py", "python" }, { ".c", "c" }, { ".h", "c" }, { ".sh", "sh" },
+                                          { ".json", "json" } };
+    const char *dot = strrchr(path, '.');
+    for (size_t i = 0; dot && i < sizeof map / sizeof *map; i++)
+        if (!strcmp(dot, map[i][0])) return map[i][1];
+    return NULL;
+}
+
+/* The prompt for one answer: half of them a request about the snippet
+ * (prompts.c: summaries, answers from it, conversions, code edits), half
+ * a generated everyday request or word problem. */
 static char *make_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, const sp_gguf *g, const char *snip,
-                         uint64_t r, sp_err *err) {
+                         const char *lang, uint64_t r, sp_err *err) {
     if (!o->chat) return sp_xstrdup(snip);
-    static const char *const asks[] = {
-        "Summarize the following text in a few sentences.", "Explain what the following is about.",
-        "Continue the following text.", "What are the main points of this text? Answer with a short list.",
-        "Rewrite the following text in plain language.", "Write three questions about this text and answer them.",
-    };
-    /* half the requests are about the snippet, half generated ones */
     char *user;
+    sp_rng rr = { r };
     if (r % 2) {
-        sp_rng rr = { r };
         user = sp_xmalloc(512);
         sp_distill_request(user, 512, &rr);
-    } else {
-        const char *ask = asks[(r / 2) % (sizeof asks / sizeof *asks)];
-        user = sp_xmalloc(strlen(ask) + strlen(snip) + 3);
-        sprintf(user, "%s\n\n%s", ask, snip);
-    }
+    } else user = sp_distill_doc_request(snip, lang, &rr);
     const sp_chat_msg msg = { "user", user };
     char *text = NULL;
     sp_chat_tmpl *ct = NULL;
@@ -245,6 +251,43 @@ static char *make_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, cons
     sp_chat_tmpl_free(ct);
     free(user);
     return rc ? NULL : text;
+}
+
+/* Cuts s to at most want bytes, at a line end where there is one in its
+ * second half, else at a character boundary. */
+static void shorten(char *s, size_t want) {
+    size_t n = strlen(s);
+    if (n <= want) return;
+    n = want;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
+    const char *nl = memrchr(s, '\n', n);
+    if (nl && (size_t)(nl - s) > want / 2) n = (size_t)(nl - s);
+    s[n] = 0;
+}
+
+/* The tokens of a prompt about a snippet of the text, within budget
+ * tokens.  A chat prompt must fit whole: cut at its end it would lose the
+ * template's assistant header, and the model would go on with the user's
+ * text instead of answering it (700 characters of code are ~200 tokens).
+ * So the snippet shrinks until the prompt fits; a continuation prompt is
+ * cut to the budget.  seq->n = 0 when none fits. */
+static int fit_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, const sp_gguf *g, char *snip,
+                      const char *lang, uint64_t r, int budget, sp_tokens *seq, sp_err *err) {
+    for (int tries = 0; tries < 8; tries++) {
+        char *prompt = make_prompt(o, tok, g, snip, lang, r, err);
+        if (!prompt) return -1;
+        seq->n = 0;
+        const int rc = sp_tokenize(tok, prompt, strlen(prompt), sp_tokenizer_add_bos(tok), o->chat, seq, err);
+        free(prompt);
+        if (rc) return -1;
+        if (seq->n <= budget) return 0;
+        if (!o->chat) { seq->n = budget; return 0; }
+        const size_t len = strlen(snip);
+        if (len < 64) break;
+        shorten(snip, (size_t)((double)len * budget / seq->n * 0.95));
+    }
+    seq->n = 0;
+    return 0;
 }
 
 /* A snippet of about `chars` characters from a random line start. */
@@ -309,6 +352,7 @@ int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path,
     answer *ans = sp_xcalloc((size_t)slots, sizeof *ans);
     const uint64_t answer_goal = (uint64_t)((double)o->max_tokens * o->answer_share);
     uint64_t answer_tokens = 0;
+    int unfit = 0;                   /* prompts that did not fit in half a sequence */
     for (int fi = 0; !rc && fi < c.n && r.n_tokens < (uint64_t)o->max_tokens; fi++) {
         size_t len;
         char *text = read_text(c.paths[fi], &len);
@@ -319,16 +363,21 @@ int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path,
         if (want_answers) {
             /* one batch of answers about snippets of this file */
             int na = 0;
-            for (; na < slots && !rc; na++) {
-                char *snip = snippet(text, len, 700, &rng);
-                char *prompt = make_prompt(o, tok, m->gguf, snip, sp_rng_next(&rng), err);
-                free(snip);
-                if (!prompt) { rc = -1; break; }
+            for (int tries = 0; na < slots && !rc && tries < 2 * slots; tries++) {
+                char *snip = snippet(text, len, (size_t)o->seq_len * 2, &rng);
                 memset(&ans[na], 0, sizeof ans[na]);
-                rc = sp_tokenize(tok, prompt, strlen(prompt), sp_tokenizer_add_bos(tok), o->chat, &ans[na].seq, err);
-                free(prompt);
-                if (!rc && ans[na].seq.n > o->seq_len / 2) ans[na].seq.n = o->seq_len / 2;   /* keep room for the answer */
+                /* keep room for the answer */
+                rc = fit_prompt(o, tok, m->gguf, snip, code_lang(c.paths[fi]), sp_rng_next(&rng), o->seq_len / 2,
+                                &ans[na].seq, err);
+                free(snip);
+                if (rc || ans[na].seq.n == 0) {
+                    unfit += !rc;
+                    sp_tokens_free(&ans[na].seq);
+                    continue;
+                }
                 ans[na].n_prompt = ans[na].seq.n;
+                ans[na].tok = tok;
+                na++;
             }
             if (!rc) rc = answer_batch(ctx, ans, na, o, o->seed + (uint64_t)fi * 1000, err);
             for (int i = 0; i < na; i++) {
@@ -357,6 +406,9 @@ int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path,
         free(text);
         if (progress && !rc) progress(ud, r.n_tokens, (uint64_t)o->max_tokens, answer_tokens);
     }
+    if (!rc && r.n_seqs == 0 && unfit > 0)
+        rc = sp_err_set(err, "distill: no prompt fits in half of a %d-token sequence with room for an answer "
+                        "(a longer --seq-len)", o->seq_len);
     if (!rc && r.n_seqs == 0) rc = sp_err_set(err, "distill: the data paths gave no usable text");
     if (!rc && (write_header(&r) || fflush(r.f)))
         rc = sp_err_set(err, "distill: writing %s: %s", out_path, strerror(errno));

@@ -14,16 +14,30 @@ lines = [f"Item {i}: the quick brown fox number {i} jumps over the lazy dog numb
 open(sys.argv[1], "w").write("\n".join(lines) + "\n")
 EOF
 
-small=(--data "$tmp/text" --tokens 1500 --seq-len 48 --draft-vocab 512 --batch 4 --eval-every 0 -t 2)
+# sequences of 160 tokens: a chat prompt (about 40 tokens of template and
+# request, the rest text) must fit whole in half of one
+small=(--data "$tmp/text" --tokens 1500 --seq-len 160 --draft-vocab 512 --batch 4 --eval-every 0 -t 2)
 "$BIN" train-draft -m smollm2-135m -o "$tmp/h.gguf" "${small[@]}" > "$tmp/out" 2> "$tmp/err"; rc=$?
 check "train-draft trains and writes a head" bash -c "[ $rc -eq 0 ] && [ -s '$tmp/h.gguf' ]"
 [ $rc -ne 0 ] && tail -5 "$tmp/err" | sed 's/^/# /'
 check "it prints held-out acceptance per position and the data/training times" \
     bash -c "tr '\r' '\n' < '$tmp/err' | grep -q 'held-out acceptance of a chain of 1..3 drafts' && grep -q 'wrote' '$tmp/err'"
 check "the data file is kept beside the head" test -s "$tmp/h.gguf.distill"
+# every answer is an answer: its prompt whole, up to the assistant header
+# (before, prompts over half a sequence were cut at the end, and the model
+# went on with the user's text), and it ends at the end of the turn
+py=$(tests/tools/gguf_python.sh)
+"$py" tests/tools/check_distill_answers.py \
+    "${SPECULA_MODELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specula/models}/SmolLM2-135M-Instruct.Q4_1.gguf" \
+    "$tmp/h.gguf.distill" $'<|im_start|>assistant\n' '<|im_end|>' > "$tmp/ans" 2>&1
+check "the data's prompts end with the assistant header and its answers at the end of the turn" grep -q '^ok:' "$tmp/ans"
+grep -v '^ok:' "$tmp/ans" | sed 's/^/# /'
+"$BIN" train-draft -m smollm2-135m -o "$tmp/short.gguf" --data "$tmp/text" --tokens 1000 --seq-len 32 --eval-every 0 \
+    -t 2 > /dev/null 2> "$tmp/e"; rc=$?
+check "sequences too short for any whole prompt are refused, saying so" \
+    bash -c "[ $rc -eq 1 ] && grep -q 'no prompt fits' '$tmp/e'"
 check "a checkpoint is kept" test -s "$tmp/h.gguf.ckpt"
 # what llama.cpp's eagle3 loader reads, checked with llama.cpp's own gguf-py
-py=$(tests/tools/gguf_python.sh)
 "$py" tests/tools/check_eagle3_gguf.py "$tmp/h.gguf" 30 49152 > "$tmp/chk" 2>&1
 check "the head has llama.cpp's eagle3 layout (gguf-py)" grep -q '^ok:' "$tmp/chk"
 grep -v '^ok:' "$tmp/chk" | sed 's/^/# /'
@@ -51,7 +65,7 @@ lines = [f"第{i}行：日本語のテキストと中文文本，ünïcödé {i}
 open(sys.argv[1], "w", encoding="utf-8").write("\n".join(lines) + "\n")
 open(sys.argv[2], "wb").write(("".join(f"Caf\xe9 cr\xe8me br\xfbl\xe9e number {i}.\n" for i in range(200))).encode("latin-1"))
 EOF2
-"$BIN" train-draft -m smollm2-135m -o "$tmp/u.gguf" --data "$tmp/utf8" --tokens 1000 --answer-share 0.9 --seq-len 48 \
+"$BIN" train-draft -m smollm2-135m -o "$tmp/u.gguf" --data "$tmp/utf8" --tokens 1000 --answer-share 0.9 --seq-len 160 \
     --draft-vocab 256 --batch 2 --epochs 1 --eval-every 0 -t 2 > /dev/null 2> "$tmp/e"; rc=$?
 check "prompts from multi-byte UTF-8 text end on whole characters" test $rc -eq 0
 [ $rc -ne 0 ] && tail -2 "$tmp/e" | sed 's/^/# /'
@@ -99,7 +113,7 @@ check "--norm-residual writes eagle3.norm_before_residual = true" bash -c "[ $rc
 check "and run --spec eagle with it gives plain decoding's text" cmp -s "$tmp/plain" "$tmp/spec"
 printf 'SPDSTL01garbage' > "$tmp/bad.distill"
 "$BIN" train-draft -m smollm2-135m -o "$tmp/y.gguf" --data-file "$tmp/bad.distill" --data "$tmp/text" --tokens 1000 \
-    --seq-len 48 --draft-vocab 512 --eval-every 0 > /dev/null 2> "$tmp/e"; rc=$?
+    --seq-len 160 --draft-vocab 512 --eval-every 0 > /dev/null 2> "$tmp/e"; rc=$?
 check "a corrupt data file is reported and made again" bash -c "[ $rc -eq 0 ] && grep -q 'unusable' '$tmp/e'"
 printf 'not a checkpoint' > "$tmp/bad.ckpt"
 "$BIN" train-draft -m smollm2-135m -o "$tmp/z.gguf" --data-file "$tmp/h.gguf.distill" --resume "$tmp/bad.ckpt" \
