@@ -11,7 +11,10 @@
  * h and logits start the proposal; each further draft token runs one head
  * row (h, the token just drafted) at the next position, so drafting feeds
  * the head's own hidden state forward.  Those draft rows are dropped from
- * the head's cache at commit: only verified rows ever stay in it.
+ * the head's cache at commit: only verified rows ever stay in it.  While
+ * the sequence is kept plain, pairs are not run at all, and the oldest are
+ * dropped past a bound (skip_old), leaving a gap between the cache's
+ * first rows and the recent ones.
  *
  * Drafting stops early when the head's top probability falls below
  * min_prob, so the adaptive controller sees the head's real confidence;
@@ -26,6 +29,8 @@
 #include <string.h>
 
 #define EAGLE_ROWS 64            /* head rows per batched pass */
+#define EAGLE_KEEP 16            /* pairs kept unrun while no proposal is asked */
+#define EAGLE_SINK 4             /* first cache rows kept when older pairs are skipped */
 #define SP_EAGLE_MAX_WIDTH 8     /* tree width: the first draft's candidates */
 
 typedef struct eagle_drafter {
@@ -46,6 +51,8 @@ typedef struct eagle_draft {
     sp_kv *kv;                   /* the head's cache: verified rows, then a proposal's draft rows */
     sp_head_ws *ws;
     int n_true;                  /* cache entries from verified rows */
+    int gap;                     /* positions before feat_pos not in the cache (skipped):
+                                    n_true + gap == feat_pos */
     float *feat;                 /* (cap_feat, 3 d_t) taps of rows waiting for their next token
                                     (fused in the batched pass that runs them) */
     int n_feat, cap_feat;
@@ -101,7 +108,7 @@ static int run_pairs(eagle_draft *g, int max_rows, sp_err *err) {
     const size_t w = feat_width(g);
     int ready = g->n_feat < g->n_toks ? g->n_feat : g->n_toks;
     if (ready > max_rows) ready = max_rows;
-    assert(g->kv->n == g->n_true && g->n_true == g->feat_pos);
+    assert(g->kv->n == g->n_true && g->n_true + g->gap == g->feat_pos);
     for (int at = 0; at < ready; at += EAGLE_ROWS) {
         const int n = ready - at < EAGLE_ROWS ? ready - at : EAGLE_ROWS;
         const bool last = at + n == ready;
@@ -122,6 +129,41 @@ static int run_pairs(eagle_draft *g, int max_rows, sp_err *err) {
 }
 
 static int run_ready(eagle_draft *g, sp_err *err) { return run_pairs(g, g->n_feat, err); }
+
+/* While no proposal is asked (the controller or the speculation gate keeps
+ * the sequence plain), running every verified row through the head would
+ * cost 3-4 % of a target row each for drafts nobody makes: under load that
+ * upkeep alone made eagle slower than no speculation.  So pairs wait, and
+ * past 2 EAGLE_KEEP of them the oldest are dropped unrun: the cache keeps
+ * its first EAGLE_SINK rows and the most recent EAGLE_KEEP pairs follow
+ * them when a proposal comes.  Positions are cache slots, so the head then
+ * sees the recent rows right after the first ones (the gap closed, as
+ * StreamingLLM keeps attention sinks and a recent window); what it drafts
+ * may differ, never what the target accepts.  The bound is small because
+ * the gate's plain stretches are short (42 steps between probes): a bound
+ * above them would skip nothing and only move the upkeep to the probe. */
+static int skip_old(eagle_draft *g, sp_err *err) {
+    int ready = g->n_feat < g->n_toks ? g->n_feat : g->n_toks;
+    if (ready <= 2 * EAGLE_KEEP) return 0;
+    if (g->gap == 0 && g->n_true < EAGLE_SINK) {     /* the sequence's first rows are the ones kept */
+        if (run_pairs(g, EAGLE_SINK - g->n_true, err)) return -1;
+        ready = g->n_feat < g->n_toks ? g->n_feat : g->n_toks;
+    }
+    const int drop = ready - EAGLE_KEEP;
+    const size_t w = feat_width(g);
+    const int keep_rows = g->n_true < EAGLE_SINK ? g->n_true : EAGLE_SINK;
+    sp_kv_trim(g->kv, keep_rows);
+    g->gap += g->n_true - keep_rows + drop;
+    g->n_true = keep_rows;
+    memmove(g->feat, g->feat + (size_t)drop * w, (size_t)(g->n_feat - drop) * w * sizeof(float));
+    memmove(g->toks, g->toks + drop, (size_t)(g->n_toks - drop) * sizeof *g->toks);
+    g->n_feat -= drop;
+    g->n_toks -= drop;
+    g->feat_pos += drop;
+    g->have_logits = false;
+    assert(g->kv->n == g->n_true && g->n_true + g->gap == g->feat_pos);
+    return 0;
+}
 
 /* ----------------------------------------------------------------------------
  * Drafting
@@ -266,7 +308,7 @@ static int eg_prefill(sp_draft *s, const int32_t *prompt, int n, const sp_taps *
     if (!taps || taps->n_rows != n || taps->pos != 0)
         return sp_err_set(err, "drafter '%s' needs the prompt's hidden states from position 0", s->drafter->name);
     sp_kv_trim(g->kv, 0);
-    g->n_true = g->n_feat = g->n_toks = g->feat_pos = 0;
+    g->n_true = g->n_feat = g->n_toks = g->feat_pos = g->gap = 0;
     g->have_logits = false;
     feat_push(g, taps);
     toks_push(g, prompt + 1, n - 1);     /* x_{p+1} for p = 0 .. n-2 */
@@ -279,9 +321,9 @@ static int eg_prefill(sp_draft *s, const int32_t *prompt, int n, const sp_taps *
 static int catch_up(eagle_draft *g, const int32_t *feed, int n_feed, int max_n, sp_proposal *out, sp_err *err) {
     toks_push(g, feed, n_feed);
     *out = (sp_proposal){ 0 };
-    /* pairs wait (one batched pass later is cheaper) unless a proposal is
-     * asked for or the queue grows long */
-    if (max_n <= 0 && g->n_toks < EAGLE_ROWS) return 0;
+    /* pairs wait for a proposal (one batched pass later is cheaper, and
+     * none at all for the pairs skip_old drops) */
+    if (max_n <= 0) return skip_old(g, err) ? -1 : 0;
     /* catching up is owed whether or not this round drafts: all but the
      * last row's share of the pass (whose logits start the proposal) is
      * reported as absorbing, not as the cost of the drafts */
@@ -445,7 +487,7 @@ static int eg_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *err) 
     memcpy(hdr, buf + off, sizeof hdr);
     const size_t d = feat_width(g);
     const size_t kvd = (size_t)g->kv->kv_dim;
-    if (hdr[0] < 0 || hdr[0] > g->kv->n_ctx || hdr[1] < 0 || hdr[1] > (1 << 20) || hdr[2] != hdr[0] ||
+    if (hdr[0] < 0 || hdr[0] > g->kv->n_ctx || hdr[1] < 0 || hdr[1] > (1 << 20) || hdr[2] < hdr[0] || hdr[2] > (1 << 30) ||
         hdr[3] < 0 || hdr[3] > (1 << 20))
         return sp_err_set(err, "eagle checkpoint: bad header");
     const size_t kvb = (size_t)hdr[0] * kvd * sizeof(sp_f16);
@@ -456,6 +498,7 @@ static int eg_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *err) 
     memcpy(g->kv->v, p, kvb); p += kvb;
     g->kv->n = g->n_true = hdr[0];
     g->feat_pos = hdr[2];
+    g->gap = hdr[2] - hdr[0];
     g->n_feat = g->n_toks = 0;
     SP_VEC_GROW(g->feat, g->cap_feat, (size_t)hdr[1] * d);
     if (hdr[1]) memcpy(g->feat, p, (size_t)hdr[1] * d * sizeof(float));

@@ -212,6 +212,62 @@ static void test_checkpoint(void **state) {
     sp_drafter_free(d);
 }
 
+/* While no proposal is asked, pairs wait, and past 32 of them the oldest
+ * are dropped unrun (eagle.c, skip_old): the head's cache keeps the
+ * sequence's first 4 rows and the last 16 pairs follow them.  So a
+ * checkpoint of such a draft is smaller than one of a draft that ran every
+ * row, it restores with the gap and proposes what the original proposes,
+ * and the identity head (whose drafts do not depend on its cache) proposes
+ * what the draft that ran every row proposes. */
+static void test_skip_while_plain(void **state) {
+    fixture *f = *state;
+    sp_drafter *d = eagle_for(f, true, SP_Q8_0);
+    sp_err err;
+    char text[1024] = "";
+    for (int i = 0; i < 200; i++) strcat(text, "dog ");
+    sp_tokens p = { 0 };
+    assert_int_equal(sp_tokenize(f->tok, text, strlen(text), sp_tokenizer_add_bos(f->tok), false, &p, &err), 0);
+    assert_true(p.n > 150);
+    float *taps = prompt_taps(f, d, &p);
+    sp_target t = sp_target_of(f->m);
+    sp_draft *a = sp_draft_open(d, &t, &err), *b = sp_draft_open(d, &t, &err), *c = sp_draft_open(d, &t, &err);
+    const sp_taps pt = { .n_rows = p.n, .n_layers = 3, .dim = f->m->hp.n_embd, .pos = 0, .data = taps };
+    assert_int_equal(d->ops->prefill(a, p.ids, p.n, &pt, &err), 0);
+    assert_int_equal(d->ops->prefill(b, p.ids, p.n, &pt, &err), 0);
+    const int32_t feed = p.ids[p.n - 1];
+    sp_proposal pa, pb, pc;
+    /* b runs every row and proposes */
+    assert_int_equal(sp_draft_propose(b, &feed, 1, 4, &pb, &err), 0);
+    assert_true(pb.n > 0);
+    int32_t want[SP_MAX_DRAFT];
+    const int n_want = pb.n;
+    memcpy(want, pb.tokens, (size_t)n_want * sizeof(int32_t));
+    d->ops->commit(b, pb.n, 0, NULL, NULL);
+    /* a is kept plain: nothing proposed, the oldest pairs dropped */
+    assert_int_equal(sp_draft_propose(a, &feed, 1, 0, &pa, &err), 0);
+    assert_int_equal(pa.n, 0);
+    uint8_t *ba, *bb;
+    size_t la, lb;
+    assert_int_equal(sp_draft_checkpoint(a, &ba, &la, &err), 0);
+    assert_int_equal(sp_draft_checkpoint(b, &bb, &lb, &err), 0);
+    if (la >= lb) fail_msg("the plain draft's checkpoint holds %zu bytes, the full one %zu: no rows were skipped", la, lb);
+    assert_int_equal(sp_draft_restore(c, ba, la, &err), 0);
+    assert_int_equal(sp_draft_propose(a, NULL, 0, 4, &pa, &err), 0);
+    assert_int_equal(sp_draft_propose(c, NULL, 0, 4, &pc, &err), 0);
+    assert_int_equal(pa.n, n_want);
+    assert_memory_equal(pa.tokens, want, (size_t)n_want * sizeof(int32_t));
+    assert_int_equal(pc.n, pa.n);
+    assert_memory_equal(pc.tokens, pa.tokens, (size_t)pa.n * sizeof(int32_t));
+    free(ba);
+    free(bb);
+    sp_draft_close(a);
+    sp_draft_close(b);
+    sp_draft_close(c);
+    free(taps);
+    sp_tokens_free(&p);
+    sp_drafter_free(d);
+}
+
 /* A draft of d primed with a chat prompt's real taps, asked for a
  * proposal of up to max_n after the prompt's last token. */
 typedef struct primed {
@@ -429,6 +485,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identity_head), cmocka_unit_test(test_random_head),
         cmocka_unit_test(test_with_suffix),   cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_skip_while_plain),
         cmocka_unit_test(test_bad_heads),     cmocka_unit_test(test_tree),
         cmocka_unit_test(test_draft_sample),  cmocka_unit_test(test_grouped),
     };
