@@ -424,7 +424,7 @@ static void eg_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t 
     eagle_draft *g = s->impl;
     sp_kv_trim(g->kv, g->n_true);
     if (n_drafted > 0) {
-        assert(n_drafted == g->n_prop && n_accepted <= n_drafted && (path || !g->tree));
+        assert(n_drafted == g->n_prop && n_accepted <= n_drafted && (path || !g->tree || n_accepted == 0));
         for (int i = 0; i < n_accepted; i++) toks_push(g, &g->prop[path ? path[i] : i], 1);
         g->n_prop = 0;
     }
