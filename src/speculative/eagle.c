@@ -487,8 +487,10 @@ static int eg_restore(sp_draft *s, const uint8_t *buf, size_t len, sp_err *err) 
     memcpy(hdr, buf + off, sizeof hdr);
     const size_t d = feat_width(g);
     const size_t kvd = (size_t)g->kv->kv_dim;
-    if (hdr[0] < 0 || hdr[0] > g->kv->n_ctx || hdr[1] < 0 || hdr[1] > (1 << 20) || hdr[2] < hdr[0] || hdr[2] > (1 << 30) ||
-        hdr[3] < 0 || hdr[3] > (1 << 20))
+    /* cache rows, queued rows, position of the queue (at least the rows: a
+     * gap of skipped ones may lie between), queued tokens */
+    if (hdr[0] < 0 || hdr[0] > g->kv->n_ctx || hdr[1] < 0 || hdr[1] > (1 << 20) || hdr[2] < hdr[0] ||
+        hdr[2] > (1 << 30) || hdr[3] < 0 || hdr[3] > (1 << 20))
         return sp_err_set(err, "eagle checkpoint: bad header");
     const size_t kvb = (size_t)hdr[0] * kvd * sizeof(sp_f16);
     const size_t need = sizeof hdr + 2 * kvb + (size_t)hdr[1] * d * sizeof(float) + (size_t)hdr[3] * sizeof(int32_t);

@@ -218,7 +218,8 @@ static void test_checkpoint(void **state) {
  * checkpoint of such a draft is smaller than one of a draft that ran every
  * row, it restores with the gap and proposes what the original proposes,
  * and the identity head (whose drafts do not depend on its cache) proposes
- * what the draft that ran every row proposes. */
+ * what the draft that ran every row proposes.  A state with a bad gap is
+ * refused. */
 static void test_skip_while_plain(void **state) {
     fixture *f = *state;
     sp_drafter *d = eagle_for(f, true, SP_Q8_0);
@@ -258,6 +259,16 @@ static void test_skip_while_plain(void **state) {
     assert_memory_equal(pa.tokens, want, (size_t)n_want * sizeof(int32_t));
     assert_int_equal(pc.n, pa.n);
     assert_memory_equal(pc.tokens, pa.tokens, (size_t)pa.n * sizeof(int32_t));
+    /* a state whose queue starts before the end of its cache rows (a cache
+     * file's bad bytes) is refused */
+    int32_t hdr[4];
+    const size_t at = sp_ckpt_header(d, NULL, 0);
+    memcpy(hdr, ba + at, sizeof hdr);
+    assert_true(hdr[2] > hdr[0]);    /* the gap is in the state */
+    hdr[2] = hdr[0] - 1;
+    memcpy(ba + at, hdr, sizeof hdr);
+    assert_int_equal(sp_draft_restore(c, ba, la, &err), -1);
+    assert_non_null(strstr(err.msg, "bad header"));
     free(ba);
     free(bb);
     sp_draft_close(a);
