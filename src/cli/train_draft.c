@@ -40,6 +40,9 @@ static const char train_help[] =
     "                          (eagle3.norm_before_residual; for models whose hidden states\n"
     "                          are huge, such as Gemma 3)\n"
     "      --ttt N             training-time test steps (default 3)\n"
+    "      --loss ce|lk        ce: cross-entropy against the model's distributions (default);\n"
+    "                          lk: -log of the acceptance rate sum min(p, q), which spends\n"
+    "                          the head's capacity on what verification accepts\n"
     "      --seq-len N         tokens per training sequence (default 256)\n"
     "      --batch N           sequences per optimizer step (default 4)\n"
     "      --epochs N          passes over the data (default 1)\n"
@@ -52,7 +55,7 @@ static const char train_help[] =
 
 typedef struct train_args {
     sp_engine_opts eo;
-    const char *out, *data_file, *resume, *ckpt, *answers, *head_type;
+    const char *out, *data_file, *resume, *ckpt, *answers, *head_type, *loss;
     const char *paths[32];
     int n_paths;
     int64_t tokens;
@@ -85,6 +88,7 @@ static int parse(int argc, char **argv, train_args *t) {
         { "--checkpoint", SP_FLAG_STR, &t->ckpt, 0, 0 },
         { "--answers", SP_FLAG_STR, &t->answers, 0, 0 },
         { "--head-type", SP_FLAG_STR, &t->head_type, 0, 0 },
+        { "--loss", SP_FLAG_STR, &t->loss, 0, 0 },
         { "--norm-residual", SP_FLAG_SET, &t->ho.norm_residual, 0, 0 },
         { "--tokens", SP_FLAG_INT, &tokens, 1000, 100000000 },
         { "--answer-share", SP_FLAG_FLOAT, &t->answer_share, 0, 1 },
@@ -114,6 +118,9 @@ static int parse(int argc, char **argv, train_args *t) {
     if (!t->out) return sp_usage_error("train-draft", "no output: use -o OUT.gguf");
     if (t->answers && strcmp(t->answers, "chat") && strcmp(t->answers, "text"))
         return sp_usage_error("train-draft", "--answers takes chat or text, not '%s'", t->answers);
+    if (t->loss && strcmp(t->loss, "ce") && strcmp(t->loss, "lk"))
+        return sp_usage_error("train-draft", "--loss takes ce or lk, not '%s'", t->loss);
+    t->ho.loss = t->loss && !strcmp(t->loss, "lk") ? SP_TR_LOSS_LK : SP_TR_LOSS_CE;
     if (t->head_type && type_by_name(t->head_type, &t->ho.head_type))
         return sp_usage_error("train-draft", "--head-type takes q8_0, q5_0, q4_1, f16 or f32, not '%s'", t->head_type);
     t->tokens = tokens;

@@ -100,6 +100,7 @@ typedef struct trainer {
     dims D;
     int J, R_max, k;
     bool norm_residual;              /* EAGLE-3's norm_before_residual: h1 = rmsnorm(g) an2 + Wo ao */
+    sp_tr_loss_kind loss;
     sp_tr_arena a;
     step_act s[MAX_STEPS];
     float *K, *Vv, *dK, *dV;         /* (J * R, kv) keys and values of all steps, post-RoPE */
@@ -230,7 +231,7 @@ static void backward_step(trainer *tr, int R, int j, float denom, float *loss, f
     const int d = D->d;
     const size_t Rd = (size_t)R * d;
     /* loss -> output */
-    *loss = sp_tr_softce(tr->pool, tr->dlogits, s->logits, R, D->V, s->tid, s->tp, tr->k, s->w, denom, acc);
+    *loss = sp_tr_loss(tr->loss, tr->pool, tr->dlogits, s->logits, R, D->V, s->tid, s->tp, tr->k, s->w, denom, acc);
     zero(tr->dn2, Rd);
     sp_tr_linear_bwd(tr->pool, tr->dn2, G(tr, P_OUT), NULL, tr->dlogits, s->n2, P(tr, P_OUT), R, d, D->V);
     zero(tr->dh2, Rd);
@@ -368,6 +369,7 @@ static void trainer_init(trainer *tr, const sp_model *t, sp_pool *pool, const sp
     tr->pool = pool;
     tr->J = o->ttt_steps;
     tr->norm_residual = o->norm_residual;
+    tr->loss = o->loss;
     tr->R_max = o->seq_len - 1;
     tr->k = k;
     const sp_hparams *hp = &t->hp;

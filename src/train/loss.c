@@ -1,13 +1,19 @@
 /*
- * Softmax cross-entropy against soft (top-k, renormalised) targets.
+ * Losses of the draft head's logits against soft (top-k, renormalised)
+ * targets: softmax cross-entropy (KL up to the targets' entropy), or the
+ * negative log of the acceptance rate of speculative sampling, -log sum
+ * min(p, q) (the "LK" loss: it optimises what verification accepts, where
+ * KL spends a small head's capacity on matching the whole distribution).
  */
 #include "train/train.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct sp_tr_ce_job {
+    sp_tr_loss_kind kind;
     float *dlogits;
     const float *logits, *probs, *w;
     const int32_t *ids;
@@ -16,6 +22,35 @@ typedef struct sp_tr_ce_job {
     double *row_loss;       /* per row: w * CE */
     signed char *row_hit;   /* per row: argmax matched (1, 0), masked (-1) */
 } sp_tr_ce_job;
+
+/* One row of the LK loss, dl holding exp(l_j - max): with q = softmax(l),
+ *   alpha = sum_i min(p_i, q_id_i),  L = -log alpha,
+ * and S the targets q falls short of (q_id_i < p_i), Q_S = sum_S q_id_i:
+ *   d alpha / d l_j = q_j (1[j in S] - Q_S),
+ *   dL / d l_j = c q_j (Q_S - 1[j in S]) / alpha  (scaled by c = w/denom).
+ * Each factor q_j / alpha is at most 1 for j in S (alpha >= Q_S >= q_j), so
+ * a small alpha does not blow the gradient up. Writes dl, returns L. */
+static double sp_tr_lk_row(float *dl, double se, const int32_t *id, const float *p, int k, int V, double psum,
+                           double c) {
+    assert(k <= SP_TR_LK_MAX_K);
+    double alpha = 0.0, qs = 0.0, sub[SP_TR_LK_MAX_K];
+    for (int i = 0; i < k; i++) {
+        sub[i] = 0.0;
+        if (id[i] < 0 || id[i] >= V) continue;
+        const double pi = p[i] / psum, qi = dl[id[i]] / se;
+        alpha += qi < pi ? qi : pi;
+        if (qi < pi) {
+            qs += qi;
+            sub[i] = qi;
+        }
+    }
+    if (alpha < 1e-30) alpha = 1e-30;    /* every target's q underflowed: a finite, flat row */
+    const double f = c / alpha;
+    for (int j = 0; j < V; j++) dl[j] = (float)(f * (dl[j] / se) * qs);
+    for (int i = 0; i < k; i++)
+        if (sub[i] > 0.0) dl[id[i]] -= (float)(f * sub[i]);
+    return -log(alpha);
+}
 
 /* One row: p = target / sum(target); with z = logsumexp(l),
  *   CE = -sum_i p_i (l_id_i - z),  dCE/dl = softmax(l) - p  (scaled by w/denom). */
@@ -43,6 +78,11 @@ static void sp_tr_ce_row(const sp_tr_ce_job *jb, int t) {
     for (int j = 0; j < V; j++) se += dl[j] = expf(l[j] - mx);
     const double z = mx + log(se), c = w / jb->denom;
     const float sc = (float)(c / se);
+    jb->row_hit[t] = amax == id[best];
+    if (jb->kind == SP_TR_LOSS_LK) {
+        jb->row_loss[t] = w * sp_tr_lk_row(dl, se, id, p, k, V, psum, c);
+        return;
+    }
     double ce = 0.0;
     for (int j = 0; j < V; j++) dl[j] *= sc;
     for (int i = 0; i < k; i++) {
@@ -52,7 +92,6 @@ static void sp_tr_ce_row(const sp_tr_ce_job *jb, int t) {
         dl[id[i]] -= (float)(c * pi);
     }
     jb->row_loss[t] = w * ce;
-    jb->row_hit[t] = amax == id[best];
 }
 
 static void sp_tr_ce_thread(void *ctx, int ith, int nth) {
@@ -73,10 +112,9 @@ static bool sp_tr_ce_active(const sp_tr_ce_job *jb, int t) {
     return psum > 0.0;
 }
 
-float sp_tr_softce(sp_pool *pool, float *dlogits, const float *logits, int n, int V,
-                   const int32_t *ids, const float *probs, int k, const float *w, float denom,
-                   float *acc) {
-    sp_tr_ce_job jb = { dlogits, logits, probs, w, ids, n, V, k, denom, NULL, NULL };
+float sp_tr_loss(sp_tr_loss_kind kind, sp_pool *pool, float *dlogits, const float *logits, int n, int V,
+                 const int32_t *ids, const float *probs, int k, const float *w, float denom, float *acc) {
+    sp_tr_ce_job jb = { kind, dlogits, logits, probs, w, ids, n, V, k, denom, NULL, NULL };
     int active = 0;
     for (int t = 0; t < n; t++) active += sp_tr_ce_active(&jb, t);
     if (!(jb.denom > 0.0f)) jb.denom = active > 0 ? (float)active : 1.0f;
@@ -96,4 +134,10 @@ float sp_tr_softce(sp_pool *pool, float *dlogits, const float *logits, int n, in
     free(jb.row_loss);
     free(jb.row_hit);
     return (float)(loss / jb.denom);
+}
+
+float sp_tr_softce(sp_pool *pool, float *dlogits, const float *logits, int n, int V,
+                   const int32_t *ids, const float *probs, int k, const float *w, float denom,
+                   float *acc) {
+    return sp_tr_loss(SP_TR_LOSS_CE, pool, dlogits, logits, n, V, ids, probs, k, w, denom, acc);
 }

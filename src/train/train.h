@@ -140,6 +140,16 @@ float sp_tr_softce(sp_pool *pool, float *dlogits, const float *logits, int n, in
                    const int32_t *ids, const float *probs, int k, const float *w, float denom,
                    float *acc);
 
+/* The same rows and masks with another loss per row:
+ *   SP_TR_LOSS_CE  the cross-entropy above (sp_tr_softce);
+ *   SP_TR_LOSS_LK  -log alpha, alpha = sum_i min(p_ti, softmax(logits_t)_id_ti):
+ *                  the probability that speculative sampling accepts a token
+ *                  the head draws (k <= SP_TR_LK_MAX_K). */
+typedef enum { SP_TR_LOSS_CE, SP_TR_LOSS_LK } sp_tr_loss_kind;
+#define SP_TR_LK_MAX_K 256
+float sp_tr_loss(sp_tr_loss_kind kind, sp_pool *pool, float *dlogits, const float *logits, int n, int V,
+                 const int32_t *ids, const float *probs, int k, const float *w, float denom, float *acc);
+
 /* ------------------------------------------------------------------------
  * Optimizer (optim.c)
  * ---------------------------------------------------------------------- */
@@ -292,6 +302,7 @@ typedef struct sp_head_train_opts {
     uint32_t head_type;              /* the written head's matrices (sp_head_write_opts.type) */
     bool norm_residual;              /* the layer's residual starts from the normed fused state
                                         (eagle3.norm_before_residual), not the raw one */
+    sp_tr_loss_kind loss;            /* per-row loss (sp_tr_loss); CE by default */
     const char *command;             /* recorded in the head (specula.training) */
     const char *ckpt_path;           /* NULL = no checkpoints */
     int ckpt_every;                  /* optimizer steps between checkpoints */

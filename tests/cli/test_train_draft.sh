@@ -111,6 +111,18 @@ nbr=$("$py" -c "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); f = r.fields
 check "--norm-residual writes eagle3.norm_before_residual = true" bash -c "[ $rc -eq 0 ] && [ '$nbr' = 'True' ]"
 "$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0 --spec eagle --draft-head "$tmp/hn.gguf" > "$tmp/spec" 2> /dev/null
 check "and run --spec eagle with it gives plain decoding's text" cmp -s "$tmp/plain" "$tmp/spec"
+# --loss lk: the same data and seed give another head, which drafts losslessly
+"$BIN" train-draft -m smollm2-135m -o "$tmp/hlk.gguf" --data-file "$tmp/h.gguf.distill" --checkpoint "$tmp/hlk.ckpt" \
+    --loss lk "${small[@]}" > /dev/null 2> "$tmp/e"; rc=$?
+same=$("$py" -c "import sys, gguf
+w = [{t.name: bytes(t.data) for t in gguf.GGUFReader(f).tensors} for f in sys.argv[1:]]
+print(w[0]['fc.weight'] == w[1]['fc.weight'])" "$tmp/h.gguf" "$tmp/hlk.gguf" 2>&1)
+check "--loss lk trains a head other than the cross-entropy's (its weights differ)" \
+    bash -c "[ $rc -eq 0 ] && [ '$same' = 'False' ]"
+"$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0 --spec eagle --draft-head "$tmp/hlk.gguf" > "$tmp/spec" 2> /dev/null
+check "and run --spec eagle with it gives plain decoding's text" cmp -s "$tmp/plain" "$tmp/spec"
+"$BIN" train-draft -m smollm2-135m -o "$tmp/x.gguf" --loss mse > /dev/null 2> "$tmp/e"; rc=$?
+check "--loss takes ce or lk" bash -c "[ $rc -eq 2 ] && grep -q 'ce or lk' '$tmp/e'"
 printf 'SPDSTL01garbage' > "$tmp/bad.distill"
 "$BIN" train-draft -m smollm2-135m -o "$tmp/y.gguf" --data-file "$tmp/bad.distill" --data "$tmp/text" --tokens 1000 \
     --seq-len 160 --draft-vocab 512 --eval-every 0 > /dev/null 2> "$tmp/e"; rc=$?

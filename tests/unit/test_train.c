@@ -469,6 +469,73 @@ static void test_softce(void **state) {
     free(c.l);
 }
 
+/* ---- the LK loss (-log acceptance rate) ----------------------------------- */
+
+static double lk_loss(void *p) {
+    const ce_ctx *c = p;
+    double loss = 0;
+    for (int t = 0; t < CN; t++) {
+        double mx = -INFINITY, se = 0, ps = 0, alpha = 0;
+        for (int j = 0; j < CV; j++) mx = c->l[t * CV + j] > mx ? c->l[t * CV + j] : mx;
+        for (int j = 0; j < CV; j++) se += exp(c->l[t * CV + j] - mx);
+        for (int i = 0; i < CK; i++) if (c->ids[t * CK + i] >= 0) ps += c->p[t * CK + i];
+        if (ps <= 0 || c->w[t] == 0) continue;
+        for (int i = 0; i < CK; i++) {
+            const int32_t id = c->ids[t * CK + i];
+            if (id < 0) continue;
+            const double q = exp(c->l[t * CV + id] - mx) / se, pi = c->p[t * CK + i] / ps;
+            alpha += q < pi ? q : pi;
+        }
+        loss -= c->w[t] * log(alpha);
+    }
+    return loss / c->denom;
+}
+
+static void test_lk_loss(void **state) {
+    (void)state;
+    /* By hand: q = softmax(0, ln 2, 0) = (1/4, 1/2, 1/4), targets id 1 with
+     * 0.6 and id 0 with 0.4: alpha = min(.6, .5) + min(.4, .25) = 0.75; both
+     * targets are short (S = {0, 1}, Q_S = 0.75), so
+     * dL/dl_j = q_j (Q_S - [j in S]) / alpha = (-1/12, -1/6, 1/4). */
+    {
+        const float l[3] = { 0.0f, (float)log(2.0), 0.0f }, p[2] = { 0.6f, 0.4f };
+        const int32_t ids[2] = { 1, 0 };
+        float dl[3], acc;
+        const float loss = sp_tr_loss(SP_TR_LOSS_LK, NULL, dl, l, 1, 3, ids, p, 2, NULL, 0, &acc);
+        assert_true(fabs(loss + log(0.75)) < 1e-6);
+        assert_true(fabs(dl[0] + 1.0 / 12) < 1e-6 && fabs(dl[1] + 1.0 / 6) < 1e-6 && fabs(dl[2] - 0.25) < 1e-6);
+        assert_true(acc == 1.0f);   /* argmax 1 is the target's top id */
+        /* q = p: every draft is accepted, loss 0 (the cross-entropy would be the entropy, 0.67) */
+        const float l2[3] = { (float)log(0.4), (float)log(0.6), -100.0f };
+        assert_true(fabs(sp_tr_loss(SP_TR_LOSS_LK, NULL, dl, l2, 1, 3, ids, p, 2, NULL, 0, NULL)) < 1e-6);
+        assert_true(fabs(sp_tr_softce(NULL, dl, l2, 1, 3, ids, p, 2, NULL, 0, NULL) - 0.673) < 1e-3);
+    }
+    /* The rows, masks and weights of test_softce, against finite differences
+     * (no q lies within the step of its p: min's kink is not crossed). */
+    const int32_t ids[CN * CK] = { 3, 7, 1,  5, -1, 2,  0, 1, 2,  9, 3, 4,  -1, -1, -1 };
+    const float p[CN * CK] = { .5f, .2f, .1f,  .3f, .9f, .3f,  .3f, .3f, .3f,  .1f, .6f, .05f,  .4f, .4f, .2f };
+    const float w[CN] = { 1, 0.8f, 0, 0.64f, 1 };
+    float l[CN * CV], dl[CN * CV], acc;
+    fill(l, CN * CV, 71, 2);
+    l[0 * CV + 3] = 3;
+    l[3 * CV + 3] = 4;
+    const float loss = sp_tr_loss(SP_TR_LOSS_LK, NULL, dl, l, CN, CV, ids, p, CK, w, 0, &acc);
+    ce_ctx c = { to_d(l, CN * CV), ids, p, w, 3.0 };
+    assert_true(fabs(loss - lk_loss(&c)) < 1e-5);
+    check_fd("lk dlogits", lk_loss, &c, c.l, CN * CV, dl);
+    for (int j = 0; j < CV; j++) assert_true(dl[2 * CV + j] == 0 && dl[4 * CV + j] == 0);
+    /* not the cross-entropy: the two losses differ on the same rows */
+    float dce[CN * CV];
+    assert_true(fabs(loss - sp_tr_softce(NULL, dce, l, CN, CV, ids, p, CK, w, 0, NULL)) > 1e-3);
+    /* 2 threads give the same bits */
+    sp_pool *p2 = sp_pool_create(2);
+    float dl2[CN * CV], acc2;
+    assert_true(sp_tr_loss(SP_TR_LOSS_LK, p2, dl2, l, CN, CV, ids, p, CK, w, 0, &acc2) == loss && acc2 == acc);
+    assert_memory_equal(dl, dl2, sizeof dl);
+    sp_pool_free(p2);
+    free(c.l);
+}
+
 /* ---- optimizer ----------------------------------------------------------- */
 
 static void test_adamw(void **state) {
@@ -758,6 +825,7 @@ int main(void) {
         cmocka_unit_test(test_swiglu_add), cmocka_unit_test(test_attention_grad),
         cmocka_unit_test(test_attention_cache_threads), cmocka_unit_test(test_attention_ttt_lists),
         cmocka_unit_test(test_softce),
+        cmocka_unit_test(test_lk_loss),
         cmocka_unit_test(test_adamw), cmocka_unit_test(test_lr_clip), cmocka_unit_test(test_arena),
         cmocka_unit_test(test_decoder_layer_grad), cmocka_unit_test(test_tiny_model_learns),
     };
