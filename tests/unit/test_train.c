@@ -421,18 +421,27 @@ static void test_attention_ttt_lists(void **state) {
 
 enum { CN = 5, CV = 11, CK = 3 };
 typedef struct { double *l; const int32_t *ids; const float *p, *w; double denom; } ce_ctx;
+/* Row t's log-normaliser log sum exp(l) and its targets' mass; false when
+ * the row is masked (no target mass or weight 0). */
+static bool ref_row(const ce_ctx *c, int t, double *lse, double *ps) {
+    double mx = -INFINITY, se = 0;
+    *ps = 0;
+    for (int j = 0; j < CV; j++) mx = c->l[t * CV + j] > mx ? c->l[t * CV + j] : mx;
+    for (int j = 0; j < CV; j++) se += exp(c->l[t * CV + j] - mx);
+    for (int i = 0; i < CK; i++) if (c->ids[t * CK + i] >= 0) *ps += c->p[t * CK + i];
+    *lse = mx + log(se);
+    return *ps > 0 && c->w[t] != 0;
+}
+
 static double ce_loss(void *p) {
     const ce_ctx *c = p;
     double loss = 0;
     for (int t = 0; t < CN; t++) {
-        double mx = -INFINITY, se = 0, ps = 0, ce = 0;
-        for (int j = 0; j < CV; j++) mx = c->l[t * CV + j] > mx ? c->l[t * CV + j] : mx;
-        for (int j = 0; j < CV; j++) se += exp(c->l[t * CV + j] - mx);
-        for (int i = 0; i < CK; i++) if (c->ids[t * CK + i] >= 0) ps += c->p[t * CK + i];
-        if (ps <= 0 || c->w[t] == 0) continue;
+        double lse, ps, ce = 0;
+        if (!ref_row(c, t, &lse, &ps)) continue;
         for (int i = 0; i < CK; i++)
             if (c->ids[t * CK + i] >= 0)
-                ce -= c->p[t * CK + i] / ps * (c->l[t * CV + c->ids[t * CK + i]] - mx - log(se));
+                ce -= c->p[t * CK + i] / ps * (c->l[t * CV + c->ids[t * CK + i]] - lse);
         loss += c->w[t] * ce;
     }
     return loss / c->denom;
@@ -475,15 +484,12 @@ static double lk_loss(void *p) {
     const ce_ctx *c = p;
     double loss = 0;
     for (int t = 0; t < CN; t++) {
-        double mx = -INFINITY, se = 0, ps = 0, alpha = 0;
-        for (int j = 0; j < CV; j++) mx = c->l[t * CV + j] > mx ? c->l[t * CV + j] : mx;
-        for (int j = 0; j < CV; j++) se += exp(c->l[t * CV + j] - mx);
-        for (int i = 0; i < CK; i++) if (c->ids[t * CK + i] >= 0) ps += c->p[t * CK + i];
-        if (ps <= 0 || c->w[t] == 0) continue;
+        double lse, ps, alpha = 0;
+        if (!ref_row(c, t, &lse, &ps)) continue;
         for (int i = 0; i < CK; i++) {
             const int32_t id = c->ids[t * CK + i];
             if (id < 0) continue;
-            const double q = exp(c->l[t * CV + id] - mx) / se, pi = c->p[t * CK + i] / ps;
+            const double q = exp(c->l[t * CV + id] - lse), pi = c->p[t * CK + i] / ps;
             alpha += q < pi ? q : pi;
         }
         loss -= c->w[t] * log(alpha);
