@@ -34,6 +34,9 @@ static const char train_help[] =
     "      --answer-share F    share of the data's tokens that are the model's answers\n"
     "                          (default 0.5); their prompts count with the text windows,\n"
     "                          so with long prompts a high share records answers only\n"
+    "      --doc-share F       chat data: share of the requests about a snippet of the text\n"
+    "                          (summaries, answers from it, edits; default 0.5); the rest\n"
+    "                          are generated everyday requests and arithmetic word problems\n"
     "      --draft-vocab N     tokens the head can draft (default 8192)\n"
     "      --head-type T       the head's matrices: q4_1 (default), q5_0, q8_0, f16 or f32\n"
     "      --norm-residual     the head's residual starts from the normed fused state\n"
@@ -59,7 +62,7 @@ typedef struct train_args {
     const char *paths[32];
     int n_paths;
     int64_t tokens;
-    float answer_share;
+    float answer_share, doc_share;
     sp_head_train_opts ho;
 } train_args;
 
@@ -80,6 +83,7 @@ static int parse(int argc, char **argv, train_args *t) {
     t->ho.eval_every = 50;
     t->tokens = 200000;
     t->answer_share = 0.5f;
+    t->doc_share = 0.5f;
     int tokens = 200000;
     const sp_flag flags[] = {
         { "-o|--output", SP_FLAG_STR, &t->out, 0, 0 },
@@ -92,6 +96,7 @@ static int parse(int argc, char **argv, train_args *t) {
         { "--norm-residual", SP_FLAG_SET, &t->ho.norm_residual, 0, 0 },
         { "--tokens", SP_FLAG_INT, &tokens, 1000, 100000000 },
         { "--answer-share", SP_FLAG_FLOAT, &t->answer_share, 0, 1 },
+        { "--doc-share", SP_FLAG_FLOAT, &t->doc_share, 0, 1 },
         { "--draft-vocab", SP_FLAG_INT, &t->ho.draft_vocab, 16, 1 << 20 },
         { "--ttt", SP_FLAG_INT, &t->ho.ttt_steps, 1, 8 },
         { "--seq-len", SP_FLAG_INT, &t->ho.seq_len, 16, 4096 },
@@ -215,7 +220,7 @@ int sp_cmd_train_draft(int argc, char **argv) {
         memcpy(paths, t.paths, (size_t)n * sizeof *paths);
         if (!n) n = default_paths(paths, store);
         sp_distill_opts d = { .paths = paths, .n_paths = n, .max_tokens = t.tokens, .seq_len = t.ho.seq_len,
-                              .top_k = 16, .answer_share = t.answer_share, .answer_tokens = t.ho.seq_len - 16,
+                              .top_k = 16, .answer_share = t.answer_share, .doc_share = t.doc_share, .answer_tokens = t.ho.seq_len - 16,
                               .chat = t.answers ? !strcmp(t.answers, "chat") : has_chat_template(&e),
                               .seed = t.ho.seed };
         memcpy(d.tap_layers, taps, sizeof taps);

@@ -97,9 +97,19 @@ static void word_problem(char *buf, size_t cap, sp_rng *rng) {
     }
 }
 
+/* How users start and end a request.  They multiply the templates'
+ * few hundred requests: greedy answers to one request are all the same,
+ * and a head learns nothing from the copies. */
+static const char *const openers[] = { "", "", "", "Hi! ", "Please help me. ", "Quick question: ", "Hello. " };
+static const char *const closers[] = { "", "", "", " Keep it short.", " Please be specific.",
+                                       " Answer in a few sentences.", " Explain step by step.", " Thanks!" };
+
 void sp_distill_request(char *buf, size_t cap, sp_rng *rng) {
-    if (sp_rng_next(rng) % 3 == 0) word_problem(buf, cap, rng);
-    else everyday(buf, cap, rng);
+    char req[448];
+    if (sp_rng_next(rng) % 3 == 0) word_problem(req, sizeof req, rng);
+    else everyday(req, sizeof req, rng);
+    const char *open = pick(openers, N_OF(openers), rng), *close = pick(closers, N_OF(closers), rng);
+    snprintf(buf, cap, "%s%s%s", open, req, close);
 }
 
 /* ----------------------------------------------------------------------------

@@ -225,6 +225,8 @@ typedef struct sp_distill_opts {
     double answer_share;             /* share of the tokens from the target's answers */
     int answer_tokens;               /* longest answer */
     bool chat;                       /* answers to chat-template prompts (else continuations) */
+    double doc_share;                /* chat: share of the requests about a snippet of the text
+                                        (the rest: generated everyday requests and word problems) */
     int32_t tap_layers[3];
     uint64_t seed;
 } sp_distill_opts;

@@ -32,6 +32,22 @@ py=$(tests/tools/gguf_python.sh)
     "$tmp/h.gguf.distill" $'<|im_start|>assistant\n' '<|im_end|>' > "$tmp/ans" 2>&1
 check "the data's prompts end with the assistant header and its answers at the end of the turn" grep -q '^ok:' "$tmp/ans"
 grep -v '^ok:' "$tmp/ans" | sed 's/^/# /'
+# --doc-share: the share of requests about a snippet of the text; every
+# line of this corpus names the brown fox, no generated request does
+mkdir -p "$tmp/fox" && cp "$tmp/text/notes.txt" "$tmp/fox/"
+for share in 0 1; do
+    "$BIN" train-draft -m smollm2-135m -o "$tmp/d$share.gguf" --data "$tmp/fox" --tokens 1000 --answer-share 1 \
+        --doc-share $share --seq-len 160 --draft-vocab 256 --batch 2 --eval-every 0 -t 2 > /dev/null 2> "$tmp/e"
+    "$py" tests/tools/check_distill_answers.py \
+        "${SPECULA_MODELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specula/models}/SmolLM2-135M-Instruct.Q4_1.gguf" \
+        "$tmp/d$share.gguf.distill" $'<|im_start|>assistant\n' '<|im_end|>' 'brown fox' > "$tmp/ans$share" 2>&1
+    echo "# --doc-share $share: $(cat "$tmp/ans$share")"
+done
+check "--doc-share 0: no request pastes the text" grep -Eq '^ok: [1-9][0-9]* answers, 0 pasted$' "$tmp/ans0"
+check "--doc-share 1: every request pastes it" \
+    bash -c "grep -Eq '^ok: ([1-9][0-9]*) answers, \\1 pasted$' '$tmp/ans1'"
+"$BIN" train-draft -m smollm2-135m -o "$tmp/x.gguf" --doc-share 1.5 > /dev/null 2> "$tmp/e"; rc=$?
+check "--doc-share outside [0, 1] exits 2" bash -c "[ $rc -eq 2 ] && grep -q 'doc-share' '$tmp/e'"
 "$BIN" train-draft -m smollm2-135m -o "$tmp/short.gguf" --data "$tmp/text" --tokens 1000 --seq-len 32 --eval-every 0 \
     -t 2 > /dev/null 2> "$tmp/e"; rc=$?
 check "sequences too short for any whole prompt are refused, saying so" \

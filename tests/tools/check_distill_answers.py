@@ -4,14 +4,17 @@ prompt cut at its end would make the model continue the user's text
 instead of answering), and an answer holds no end-of-turn token except as
 its last (what a model writes past the end of its turn is never drafted
 for).  Prints 'ok: N answers' or the first problems; exits 1 on any.
+With MARKER, the line goes on ', P pasted' for the prompts that hold it
+(text from the corpus, not from the generated requests).
 
-usage: check_distill_answers.py MODEL.gguf DATA.distill HEADER_TEXT EOG_TEXT"""
+usage: check_distill_answers.py MODEL.gguf DATA.distill HEADER_TEXT EOG_TEXT [MARKER]"""
 import struct
 import sys
 
 import gguf
 
 model, path, header, eog = sys.argv[1:5]
+marker = sys.argv[5] if len(sys.argv) > 5 else None
 r = gguf.GGUFReader(model)
 f = r.fields["tokenizer.ggml.tokens"]
 vocab = [bytes(f.parts[i]).decode("utf-8", "replace") for i in f.data]
@@ -37,7 +40,7 @@ def text(ids):
 d = open(path, "rb").read()
 n_embd, k = struct.unpack_from("<II", d, 8)
 n_seqs = struct.unpack_from("<I", d, 28)[0]
-at, answers, bad = 72, 0, []
+at, answers, pasted, bad = 72, 0, 0, []
 for s in range(n_seqs):
     n, loss_from = struct.unpack_from("<II", d, at)
     ids = struct.unpack_from("<%di" % n, d, at + 8)
@@ -47,6 +50,7 @@ for s in range(n_seqs):
         continue                     # a window of text, not an answer
     answers += 1
     prompt, answer = text(ids[: loss_from + 1]), text(ids[loss_from + 1:])
+    pasted += marker is not None and marker in prompt
     if not prompt.endswith(header):
         bad.append("sequence %d: the prompt ends with %r" % (s, prompt[-40:]))
     cut = answer.find(eog)
@@ -59,4 +63,4 @@ if answers == 0:
 if bad:
     print("\n".join(bad[:5]))
     sys.exit(1)
-print("ok: %d answers" % answers)
+print("ok: %d answers" % answers + (", %d pasted" % pasted if marker else ""))
