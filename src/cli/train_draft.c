@@ -35,7 +35,7 @@ static const char train_help[] =
     "                          (default 0.5); their prompts count with the text windows,\n"
     "                          so with long prompts a high share records answers only\n"
     "      --doc-share F       chat data: share of the requests about a snippet of the text\n"
-    "                          (summaries, answers from it, edits; default 0.5); the rest\n"
+    "                          (summaries, answers from it, edits; default 0.2); the rest\n"
     "                          are generated everyday requests and arithmetic word problems\n"
     "      --draft-vocab N     tokens the head can draft (default 8192)\n"
     "      --head-type T       the head's matrices: q4_1 (default), q5_0, q8_0, f16 or f32\n"
@@ -83,7 +83,7 @@ static int parse(int argc, char **argv, train_args *t) {
     t->ho.eval_every = 50;
     t->tokens = 200000;
     t->answer_share = 0.5f;
-    t->doc_share = 0.5f;
+    t->doc_share = 0.2f;             /* the shipped SmolLM2 head's mix (BENCHMARKS.md, sixth round) */
     int tokens = 200000;
     const sp_flag flags[] = {
         { "-o|--output", SP_FLAG_STR, &t->out, 0, 0 },
@@ -220,7 +220,8 @@ int sp_cmd_train_draft(int argc, char **argv) {
         memcpy(paths, t.paths, (size_t)n * sizeof *paths);
         if (!n) n = default_paths(paths, store);
         sp_distill_opts d = { .paths = paths, .n_paths = n, .max_tokens = t.tokens, .seq_len = t.ho.seq_len,
-                              .top_k = 16, .answer_share = t.answer_share, .doc_share = t.doc_share, .answer_tokens = t.ho.seq_len - 16,
+                              .top_k = 16, .answer_share = t.answer_share, .doc_share = t.doc_share,
+                              .answer_tokens = t.ho.seq_len - 16,
                               .chat = t.answers ? !strcmp(t.answers, "chat") : has_chat_template(&e),
                               .seed = t.ho.seed };
         memcpy(d.tap_layers, taps, sizeof taps);
