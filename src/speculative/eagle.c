@@ -70,7 +70,8 @@ typedef struct eagle_draft {
     bool tree;                   /* the last proposal is a tree */
     /* the proposal being built (draft_begin .. draft_end) */
     int max_n, n_sib;
-    double chain_p;
+    double chain_p;              /* the head's probability that the chain so far is right */
+    double expect;               /* the sum of chain_p over the chain, + the siblings' probabilities */
     int32_t first[SP_EAGLE_MAX_WIDTH];   /* the first draft's candidates, best first */
     float pfirst[SP_EAGLE_MAX_WIDTH];
     sp_sampler *smp;             /* drafts sampled (T > 0 with --draft-sample), else NULL */
@@ -221,6 +222,7 @@ static void draft_begin(eagle_draft *g, int max_n) {
     g->n_prop = 0;
     g->tree = false;
     g->chain_p = 1;
+    g->expect = 0;
     g->max_n = max_n;
 }
 
@@ -237,6 +239,7 @@ static bool draft_next(eagle_draft *g) {
     const float displaced = g->n_prop > 0 && left <= g->n_sib ? g->pfirst[left] : 0;
     if (p < g->e->min_prob || g->chain_p * p < displaced) return false;
     g->chain_p *= p;
+    g->expect += g->chain_p;
     g->parent[g->n_prop] = g->n_prop - 1;
     g->prop[g->n_prop++] = t;
     return g->n_prop < g->max_n && g->kv->n < g->kv->n_ctx;
@@ -246,6 +249,7 @@ static void draft_end(eagle_draft *g) {
     for (int j = 1; j <= g->n_sib && g->n_prop > 0 && g->n_prop < g->max_n; j++) {
         g->parent[g->n_prop] = -1;
         g->prop[g->n_prop++] = g->first[j];
+        g->expect += g->pfirst[j];
         g->tree = true;
     }
     g->have_logits = false;          /* the logits now belong to a draft position */
@@ -342,6 +346,7 @@ static void proposal_out(eagle_draft *g, sp_proposal *out) {
     out->tokens = g->prop;
     out->parent = g->tree ? g->parent : NULL;
     out->q = g->smp && g->n_prop ? g->q : NULL;
+    out->expect = g->n_prop ? g->expect : 0;
 }
 
 static int eg_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out, sp_err *err) {

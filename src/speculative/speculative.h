@@ -87,6 +87,10 @@ typedef struct sp_proposal {
                                         charges drafting only the rest */
     uint64_t draft_ns;               /* propose_group only: the time of the passes this draft had
                                         a row in (shared with other sequences' drafts) */
+    double expect;                   /* the drafter's own estimate of the tokens verification will
+                                        accept: the sum over the proposal's tokens of the probability
+                                        that the path to each is right; 0 = no estimate.  A
+                                        combination compares its members' proposals by it */
 } sp_proposal;
 
 typedef struct sp_drafter sp_drafter;

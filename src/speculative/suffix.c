@@ -143,7 +143,7 @@ static int suffix_propose_ahead(sp_draft *s, const int32_t *feed, int n_feed, co
     const sp_sfx_cand *best = best_candidate(c, g, ctx, tail + n_ahead, &p);
     memcpy(g->out + n_ahead, best->tok, (size_t)best->n * sizeof(int32_t));
     g->n_out = n_ahead + best->n;
-    *out = (sp_proposal){ .n = best->n, .tokens = g->out + n_ahead };
+    *out = (sp_proposal){ .n = best->n, .tokens = g->out + n_ahead, .expect = best->score };
     return 0;
 }
 
@@ -166,7 +166,7 @@ static int suffix_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_
     memcpy(g->out, best->tok, (size_t)best->n * sizeof(int32_t));
     memcpy(g->parent, best->parent, (size_t)best->n * sizeof(int32_t));
     *out = (sp_proposal){ .n = g->n_out, .tokens = g->out,
-                          .parent = c->o.tree_width > 1 ? g->parent : NULL };
+                          .parent = c->o.tree_width > 1 ? g->parent : NULL, .expect = best->score };
     return 0;
 }
 

@@ -246,6 +246,269 @@ static void test_capability_refusal(void **st) {
 }
 
 /* ---------------------------------------------------------------------------
+ * Combinations: which member's proposal goes out, and every member still
+ * sees every emitted token.
+ * ------------------------------------------------------------------------ */
+
+/* A scripted member (one draft at a time): proposes base, base+1, .. (n of
+ * them) with the estimate `expect` (0 = none), counts the times it is
+ * asked, and keeps the stream it has seen (prompt, feeds, its own accepted
+ * drafts). */
+typedef struct fk_drafter {
+    int32_t base;
+    int n;
+    double expect;
+    int accept;                  /* how many of its proposal the target accepts */
+    int asked;
+    int32_t hist[512];
+    int n_hist;
+    int32_t prop[SP_MAX_DRAFT];
+} fk_drafter;
+
+static void fk_push(fk_drafter *f, const int32_t *t, int n) {
+    assert_true(f->n_hist + n <= 512);
+    memcpy(f->hist + f->n_hist, t, (size_t)n * sizeof *t);
+    f->n_hist += n;
+}
+static sp_draft *fk_open(sp_drafter *d, const sp_target *t, sp_err *err) {
+    (void)t; (void)err;
+    sp_draft *s = sp_xcalloc(1, sizeof *s);
+    s->drafter = d;
+    return s;
+}
+static int fk_prefill(sp_draft *s, const int32_t *prompt, int n, const sp_taps *taps, sp_err *err) {
+    (void)taps; (void)err;
+    fk_drafter *f = s->drafter->impl;
+    f->n_hist = 0;
+    fk_push(f, prompt, n);
+    return 0;
+}
+static int fk_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out, sp_err *err) {
+    (void)err;
+    fk_drafter *f = s->drafter->impl;
+    fk_push(f, feed, n_feed);
+    *out = (sp_proposal){ 0 };
+    if (max_n <= 0) return 0;
+    f->asked++;
+    const int n = f->n < max_n ? f->n : max_n;
+    for (int i = 0; i < n; i++) f->prop[i] = f->base + i;
+    *out = (sp_proposal){ .n = n, .tokens = f->prop, .expect = n ? f->expect : 0 };
+    return 0;
+}
+static void fk_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path, const sp_taps *v) {
+    (void)n_drafted; (void)path; (void)v;
+    fk_drafter *f = s->drafter->impl;
+    fk_push(f, f->prop, n_accepted);
+}
+static void fk_close(sp_draft *s) { free(s); }
+static void fk_free(sp_drafter *d) { free(d->impl); free(d); }
+
+static sp_drafter *fk_create(const char *name, int32_t base, int n, double expect, bool cheap) {
+    static const sp_drafter_ops ops = { .open = fk_open, .prefill = fk_prefill, .propose = fk_propose,
+                                        .commit = fk_commit, .close = fk_close, .free = fk_free };
+    sp_drafter *d = sp_drafter_alloc();
+    d->ops = &ops;
+    snprintf(d->name, sizeof d->name, "%s", name);
+    d->cheap = cheap;
+    fk_drafter *f = sp_xcalloc(1, sizeof *f);
+    f->base = base;
+    f->n = n;
+    f->expect = expect;
+    d->impl = f;
+    return d;
+}
+
+typedef struct cb_fixture {
+    sp_drafter *cb;
+    fk_drafter *a, *b;           /* the members, a first (cheap) */
+    sp_draft *s;
+    int32_t truth[512];          /* the emitted stream */
+    int n_truth;
+    int32_t next;                /* the token the next round feeds */
+} cb_fixture;
+
+/* b reads hidden-state taps when b_taps (of a 4-layer target). */
+static void cb_setup_taps(cb_fixture *x, double ea, double eb, bool b_taps) {
+    static sp_model model;
+    model.hp.n_layer = 4;
+    sp_err err;
+    sp_drafter *m[2] = { fk_create("a", 100, 3, ea, true), fk_create("b", 200, 2, eb, false) };
+    if (b_taps) {
+        m[1]->needs |= SP_CAP_HIDDEN_TAPS;
+        m[1]->n_taps = 1;
+        m[1]->keeps_state = true;
+    }
+    x->a = m[0]->impl;
+    x->b = m[1]->impl;
+    x->cb = sp_combine_create(m, 2, &err);
+    assert_non_null(x->cb);
+    const sp_target t = { .model = &model, .caps = SP_CAP_SHARED_EMBED | SP_CAP_HIDDEN_TAPS };
+    x->s = sp_draft_open(x->cb, &t, &err);
+    assert_non_null(x->s);
+}
+
+static void cb_setup(cb_fixture *x, double ea, double eb) { cb_setup_taps(x, ea, eb, false); }
+
+/* A new request: prompt 1 2 3, then the first generated token 7. */
+static void cb_request(cb_fixture *x) {
+    sp_err err;
+    const int32_t prompt[3] = { 1, 2, 3 };
+    assert_int_equal(x->cb->ops->prefill(x->s, prompt, 3, NULL, &err), 0);
+    memcpy(x->truth, prompt, sizeof prompt);
+    x->n_truth = 3;
+    x->next = 7;
+    x->a->asked = x->b->asked = 0;
+}
+
+/* One round: the pending token is fed, the winner's `accept` tokens of its
+ * proposal are accepted, then a correction token becomes the next feed.
+ * Returns the name of the member whose proposal went out ("" for none). */
+static const char *cb_round(cb_fixture *x) {
+    sp_err err;
+    sp_proposal p;
+    x->truth[x->n_truth++] = x->next;
+    assert_int_equal(sp_draft_propose(x->s, &x->next, 1, 4, &p, &err), 0);
+    int n_acc = !p.n ? 0 : p.tokens == x->a->prop ? x->a->accept : x->b->accept;
+    if (n_acc > p.n) n_acc = p.n;
+    memcpy(x->truth + x->n_truth, p.tokens, (size_t)n_acc * sizeof(int32_t));
+    x->n_truth += n_acc;
+    x->cb->ops->commit(x->s, p.n, n_acc, NULL, NULL);
+    x->next = 50 + x->n_truth % 40;
+    return p.n ? p.by : "";
+}
+
+/* Both members ask to be asked (a proposes nothing, b is asked), so each
+ * takes in its backlog; then each has seen exactly the emitted stream. */
+static void cb_check_streams(cb_fixture *x) {
+    const int na = x->a->n, nb = x->b->accept;
+    x->a->n = 0;
+    x->b->accept = 0;            /* (accepted drafts would wait in a's backlog again) */
+    cb_round(x);
+    x->a->n = na;
+    x->b->accept = nb;
+    assert_int_equal(x->a->n_hist, x->n_truth);
+    assert_int_equal(x->b->n_hist, x->n_truth);
+    assert_memory_equal(x->a->hist, x->truth, (size_t)x->n_truth * sizeof(int32_t));
+    assert_memory_equal(x->b->hist, x->truth, (size_t)x->n_truth * sizeof(int32_t));
+}
+
+static void cb_teardown(cb_fixture *x) {
+    sp_draft_close(x->s);
+    sp_drafter_free(x->cb);
+}
+
+/* Members without estimates: the first that proposes wins and the next is
+ * not asked (the rule of "ngram,suffix,draft"). */
+static void test_combine_first_wins(void **st) {
+    (void)st;
+    cb_fixture x;
+    cb_setup(&x, 0, 0);
+    cb_request(&x);
+    for (int r = 0; r < 5; r++) {
+        x.a->accept = r % 3;
+        assert_string_equal(cb_round(&x), "a");
+    }
+    assert_int_equal(x.b->asked, 0);
+    cb_check_streams(&x);
+    cb_teardown(&x);
+}
+
+/* A promising estimate ends the asking; a weak one lets the next member
+ * propose, and the better estimate goes out (the loser sees the winner's
+ * accepted tokens with its next feed). */
+static void test_combine_estimates(void **st) {
+    (void)st;
+    cb_fixture x;
+    cb_setup(&x, 1.5, 0.9);
+    cb_request(&x);
+    x.a->accept = 3;
+    x.b->accept = 2;
+    assert_string_equal(cb_round(&x), "a");          /* 1.5 expected: b is not asked */
+    assert_int_equal(x.b->asked, 0);
+    x.a->expect = 0.4;
+    assert_string_equal(cb_round(&x), "b");          /* 0.4 against 0.9 */
+    assert_int_equal(x.b->asked, 1);
+    x.b->expect = 0.3;
+    assert_string_equal(cb_round(&x), "a");          /* 0.4 against 0.3: the earlier, better one */
+    assert_int_equal(x.b->asked, 2);
+    x.b->n = 0;
+    assert_string_equal(cb_round(&x), "a");          /* b has nothing: a's weak proposal still goes */
+    x.a->n = 0;
+    assert_string_equal(cb_round(&x), "");           /* nobody proposes */
+    x.a->n = 3;
+    x.b->n = 2;
+    cb_check_streams(&x);
+    cb_teardown(&x);
+}
+
+/* A member whose confident proposals keep failing loses its word: after
+ * enough rejected rounds the next member is asked and wins, and a new
+ * request starts both records afresh. */
+static void test_combine_record(void **st) {
+    (void)st;
+    cb_fixture x;
+    cb_setup(&x, 3.0, 0.9);
+    cb_request(&x);
+    x.a->accept = 0;                                /* a's drafts are all rejected */
+    x.b->accept = 2;                                /* b's are right */
+    int first_b = -1;
+    for (int r = 0; r < 40 && first_b < 0; r++)
+        if (!strcmp(cb_round(&x), "b")) first_b = r;
+    assert_true(first_b >= 2);                      /* a kept its word for a while */
+    assert_true(first_b < 40);
+    for (int i = 0; i < 5; i++) assert_string_equal(cb_round(&x), "b");   /* and then b keeps winning */
+    cb_check_streams(&x);
+    cb_request(&x);
+    assert_string_equal(cb_round(&x), "a");         /* a fresh record: a's 3.0 ends the asking */
+    assert_int_equal(x.b->asked, 0);
+    cb_teardown(&x);
+}
+
+/* A member that is not asked keeps a backlog, except one that reads taps:
+ * it is fed every round (with nothing to propose), so the rows it is
+ * handed never pile up for one catch-up pass. */
+static void test_combine_feeds_tap_readers(void **st) {
+    (void)st;
+    for (int taps = 0; taps < 2; taps++) {
+        cb_fixture x;
+        cb_setup_taps(&x, 2.0, 0.9, taps);
+        cb_request(&x);
+        x.a->accept = 2;
+        for (int r = 0; r < 6; r++) {
+            assert_string_equal(cb_round(&x), "a");
+            /* b has seen the stream up to this round's feed (the accepted
+             * drafts reach it with the next) or only the prompt */
+            assert_int_equal(x.b->n_hist, taps ? x.n_truth - 2 : 3);
+        }
+        assert_int_equal(x.b->asked, 0);
+        x.s->members = x.cb->cheap_lead;               /* the gate's cheap mode: the same */
+        assert_string_equal(cb_round(&x), "a");
+        assert_int_equal(x.b->n_hist, taps ? x.n_truth - 2 : 3);
+        x.s->members = 0;
+        cb_check_streams(&x);
+        cb_teardown(&x);
+    }
+}
+
+/* Under the gate's "cheap members only" the costly member is never asked,
+ * whatever the estimates. */
+static void test_combine_gate_members(void **st) {
+    (void)st;
+    cb_fixture x;
+    cb_setup(&x, 0.2, 0.9);
+    assert_int_equal(x.cb->cheap_lead, 1);
+    cb_request(&x);
+    x.s->members = x.cb->cheap_lead;
+    x.a->accept = x.b->accept = 1;
+    for (int r = 0; r < 4; r++) assert_string_equal(cb_round(&x), "a");
+    assert_int_equal(x.b->asked, 0);
+    x.s->members = 0;
+    assert_string_equal(cb_round(&x), "b");
+    cb_check_streams(&x);
+    cb_teardown(&x);
+}
+
+/* ---------------------------------------------------------------------------
  * Speculative sampling: the emitted token is distributed as p whatever q is.
  * ------------------------------------------------------------------------ */
 static void test_specsample_distribution(void **st) {
@@ -489,6 +752,9 @@ int main(void) {
         cmocka_unit_test(test_ngram_basic), cmocka_unit_test(test_ngram_matches_reference),
         cmocka_unit_test(test_ngram_long_history), cmocka_unit_test(test_ngram_checkpoint),
         cmocka_unit_test(test_ngram_tree), cmocka_unit_test(test_ngram_bad_params), cmocka_unit_test(test_capability_refusal),
+        cmocka_unit_test(test_combine_first_wins), cmocka_unit_test(test_combine_estimates),
+        cmocka_unit_test(test_combine_record), cmocka_unit_test(test_combine_gate_members),
+        cmocka_unit_test(test_combine_feeds_tap_readers),
         cmocka_unit_test(test_specsample_distribution), cmocka_unit_test(test_specsample_degenerate),
         cmocka_unit_test(test_adapt), cmocka_unit_test(test_adapt_in_pass),
         cmocka_unit_test(test_stats), cmocka_unit_test(test_spec_gate),
