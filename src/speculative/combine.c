@@ -16,7 +16,7 @@
  * suffix has nothing or a weak match); a member without an estimate wins
  * at once, as every member did before estimates.  Measured on the prompt
  * sets against "the first that proposes wins": chat and math gain, the
- * copying categories keep suffix (BENCHMARKS.md, seventh round).
+ * copying categories stay within noise (BENCHMARKS.md, seventh round).
  *
  * Every sub-draft must still see every emitted token, in order.  A sub-draft
  * that is not asked in a round, or whose proposal lost, keeps a backlog of

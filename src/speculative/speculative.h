@@ -336,8 +336,8 @@ typedef struct sp_drafter_opts {
     const char *draft_head;          /* "eagle": path of the head's GGUF */
     sp_draft_model_opts dm;
 } sp_drafter_opts;
-/* Several drafters, first proposal wins (see combine.c); takes ownership
- * of subs[0..n). */
+/* Several drafters, asked in order; the proposal expected to gain most is
+ * verified (see combine.c); takes ownership of subs[0..n). */
 sp_drafter *sp_combine_create(sp_drafter **subs, int n, sp_err *err);
 /* The layers "self" keeps by default for a model: [0, n/2) and the last. */
 void sp_self_default_layers(const sp_model *m, uint8_t *keep);

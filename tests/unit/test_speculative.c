@@ -370,7 +370,7 @@ static const char *cb_round(cb_fixture *x) {
     assert_int_equal(sp_draft_propose(x->s, &x->next, 1, 4, &p, &err), 0);
     int n_acc = !p.n ? 0 : p.tokens == x->a->prop ? x->a->accept : x->b->accept;
     if (n_acc > p.n) n_acc = p.n;
-    memcpy(x->truth + x->n_truth, p.tokens, (size_t)n_acc * sizeof(int32_t));
+    if (n_acc > 0) memcpy(x->truth + x->n_truth, p.tokens, (size_t)n_acc * sizeof(int32_t));
     x->n_truth += n_acc;
     x->cb->ops->commit(x->s, p.n, n_acc, NULL, NULL);
     x->next = 50 + x->n_truth % 40;
