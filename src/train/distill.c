@@ -8,7 +8,10 @@
  * target's own answers to prompts made from the text (chat models: a
  * summarise / explain / continue request in the chat template; pretrained
  * models: the text's start to continue).  The answers matter most: a head
- * learns to predict what the target says.
+ * learns to predict what the target says.  Windows are recorded by a
+ * forward over them; answers while the model writes them, in the batched
+ * passes that generate them (no second pass: a third less time per
+ * answer token).
  *
  * File layout (little-endian; every field checked when read):
  *   header  "SPDSTL01", u32 n_embd, u32 top_k, i32 tap_layers[3], u32 n_seqs,
@@ -18,6 +21,7 @@
  *           residual stream exceeds f16's range), padded to 4 bytes */
 #include "train/train.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -155,6 +159,21 @@ static void top_k(const float *row, int V, int k, int32_t *ids, uint16_t *probs)
 
 static int put(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
 
+/* Appends one sequence's record: its n tokens, each row's top-k (ids,
+ * probs) and taps (bf16, (n, 3, n_embd)). */
+static int write_record(recorder *r, const int32_t *toks, int n, int loss_from, const int32_t *ids,
+                        const uint16_t *probs, const uint16_t *btaps, sp_err *err) {
+    const int d = r->m->hp.n_embd, k = r->o->top_k;
+    const uint32_t hdr[2] = { (uint32_t)n, (uint32_t)loss_from };
+    const size_t pb = (size_t)n * k * 2, pad = (4 - pb % 4) % 4, zero = 0;
+    if (put(r->f, hdr, sizeof hdr) || put(r->f, toks, (size_t)n * 4) || put(r->f, ids, (size_t)n * k * 4) ||
+        put(r->f, probs, pb) || put(r->f, &zero, pad) || put(r->f, btaps, (size_t)n * 3 * d * 2))
+        return sp_err_set(err, "distill: writing the data file: %s", strerror(errno));
+    r->n_seqs++;
+    r->n_tokens += (uint64_t)n;
+    return 0;
+}
+
 /* Runs the target over a sequence (taps + every row's logits) and appends
  * its record. */
 static int record(recorder *r, const int32_t *toks, int n, int loss_from, sp_err *err) {
@@ -176,14 +195,7 @@ static int record(recorder *r, const int32_t *toks, int n, int loss_from, sp_err
     }
     sp_kv_free(kv);
     if (rc) return -1;
-    const uint32_t hdr[2] = { (uint32_t)n, (uint32_t)loss_from };
-    const size_t pb = (size_t)n * k * 2, pad = (4 - pb % 4) % 4, zero = 0;
-    if (put(r->f, hdr, sizeof hdr) || put(r->f, toks, (size_t)n * 4) || put(r->f, r->ids, (size_t)n * k * 4) ||
-        put(r->f, r->probs, pb) || put(r->f, &zero, pad) || put(r->f, r->btaps, (size_t)n * 3 * d * 2))
-        return sp_err_set(err, "distill: writing the data file: %s", strerror(errno));
-    r->n_seqs++;
-    r->n_tokens += (uint64_t)n;
-    return 0;
+    return write_record(r, toks, n, loss_from, r->ids, r->probs, r->btaps, err);
 }
 
 static int write_header(recorder *r) {
@@ -204,20 +216,134 @@ static int write_header(recorder *r) {
  * Making sequences
  * ------------------------------------------------------------------------- */
 
+/* An answer is recorded while the model writes it, with no second pass:
+ * the emitted tokens' logits give the rows' distributions, and a drafter
+ * that never drafts but reads the target's taps (the seam hands it the
+ * prompt's rows at prefill and each verified row at commit) collects the
+ * hidden states.  Row i of the record is position i: its taps, and the
+ * distribution the token at i + 1 was drawn from.  The last token never
+ * enters the target, so the record holds the tokens before it; the row
+ * before it keeps that token's distribution (an end of turn, most often,
+ * which the head then learns to predict).  The pass is batch invariant,
+ * so these are the rows a separate pass over the sequence gives
+ * (test_distill_real). */
 typedef struct answer {
     sp_tokens seq;                   /* prompt, then the answer */
     int n_prompt;
     const sp_tokenizer *tok;
+    int V, k, width;                 /* vocabulary, top-k, floats of one row's taps */
+    int32_t *ids;                    /* (cap, k) row i's top-k, rows n_prompt-1 .. */
+    uint16_t *probs;                 /* (cap, k) f16 */
+    uint16_t *taps;                  /* (cap, width) bf16 */
+    int n_rows, cap;                 /* rows with taps */
+    int n_dist;                      /* rows with a distribution: [n_prompt - 1, n_dist) */
 } answer;
+
+static void answer_grow(answer *a, int rows) {
+    if (rows <= a->cap) return;
+    int cap = a->cap ? a->cap : 256;
+    while (cap < rows) cap *= 2;
+    a->ids = sp_xrealloc(a->ids, (size_t)cap * a->k * sizeof *a->ids);
+    a->probs = sp_xrealloc(a->probs, (size_t)cap * a->k * sizeof *a->probs);
+    a->taps = sp_xrealloc(a->taps, (size_t)cap * a->width * sizeof *a->taps);
+    a->cap = cap;
+}
+
+static void answer_free(answer *a) {
+    sp_tokens_free(&a->seq);
+    free(a->ids);
+    free(a->probs);
+    free(a->taps);
+}
+
+/* Empties an answer for the next prompt, keeping its buffers. */
+static void answer_reset(answer *a) {
+    a->seq.n = 0;
+    a->n_rows = a->n_dist = 0;
+}
 
 /* An answer ends with its end-of-turn token, as it does when served: what
  * a model writes past it (further turns it makes up) is never drafted for,
  * and was a fifth of the answers' tokens when recorded. */
 static sp_emit_result on_answer(void *ud, int32_t tok, bool drafted, const float *logits) {
-    (void)drafted; (void)logits;
+    (void)drafted;
     answer *a = ud;
+    const int row = a->seq.n - 1;    /* the row whose distribution drew tok */
+    assert(row == a->n_dist);
+    answer_grow(a, row + 1);
+    top_k(logits, a->V, a->k, a->ids + (size_t)row * a->k, a->probs + (size_t)row * a->k);
+    a->n_dist = row + 1;
     sp_tokens_push(&a->seq, tok);
     return sp_tokenizer_is_eog(a->tok, tok) ? SP_EMIT_STOP : SP_EMIT_CONTINUE;
+}
+
+/* The taps of rows [t->pos, t->pos + t->n_rows), which follow the ones
+ * kept (each row enters the target once, in order). */
+static void answer_taps(answer *a, const sp_taps *t) {
+    assert(t->pos == a->n_rows && t->n_layers * t->dim == a->width);
+    answer_grow(a, t->pos + t->n_rows);
+    const size_t n = (size_t)t->n_rows * a->width;
+    uint16_t *dst = a->taps + (size_t)t->pos * a->width;
+    for (size_t e = 0; e < n; e++) dst[e] = sp_f32_to_bf16(t->data[e]);
+    a->n_rows = t->pos + t->n_rows;
+}
+
+static sp_draft *rec_open(sp_drafter *d, const sp_target *t, sp_err *err) {
+    (void)t; (void)err;
+    sp_draft *s = sp_xcalloc(1, sizeof *s);
+    s->drafter = d;
+    s->impl = d->impl;
+    return s;
+}
+static int rec_prefill(sp_draft *s, const int32_t *prompt, int n, const sp_taps *taps, sp_err *err) {
+    (void)prompt;
+    if (!taps || taps->pos != 0 || taps->n_rows != n)
+        return sp_err_set(err, "distill: the prompt's hidden states did not come from position 0");
+    answer_taps(s->impl, taps);
+    return 0;
+}
+static int rec_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out, sp_err *err) {
+    (void)s; (void)feed; (void)n_feed; (void)max_n; (void)err;
+    *out = (sp_proposal){ 0 };
+    return 0;
+}
+static void rec_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path, const sp_taps *v) {
+    (void)n_drafted; (void)n_accepted; (void)path;
+    if (v) answer_taps(s->impl, v);
+}
+static void rec_close(sp_draft *s) { free(s); }
+static void rec_free(sp_drafter *d) { free(d); }
+
+/* The recording drafter of one answer (ans borrowed). */
+static sp_drafter *recorder_for(answer *ans, const int32_t tap_layers[3]) {
+    static const sp_drafter_ops ops = { .open = rec_open, .prefill = rec_prefill, .propose = rec_propose,
+                                        .commit = rec_commit, .close = rec_close, .free = rec_free };
+    sp_drafter *d = sp_drafter_alloc();
+    d->ops = &ops;
+    snprintf(d->name, sizeof d->name, "recorder");
+    snprintf(d->ns, sizeof d->ns, "recorder-v1");
+    d->needs = SP_CAP_HIDDEN_TAPS;
+    d->n_taps = 3;
+    memcpy(d->tap_layers, tap_layers, 3 * sizeof *tap_layers);
+    d->impl = ans;
+    return d;
+}
+
+/* Appends an answer's record: the rows before its last token, the
+ * prompt's rows (no loss there) labelled with the token that follows. */
+static int record_answer(recorder *r, answer *a, sp_err *err) {
+    const int n = a->seq.n - 1, k = a->k;
+    if (a->n_rows < n || a->n_dist < n)
+        return sp_err_set(err, "distill: an answer's rows were not all recorded (%d of %d hidden states, "
+                          "%d distributions)", a->n_rows, n, a->n_dist);
+    for (int i = 0; i < a->n_prompt - 1; i++) {
+        int32_t *id = a->ids + (size_t)i * k;
+        uint16_t *pr = a->probs + (size_t)i * k;
+        for (int j = 0; j < k; j++) { id[j] = -1; pr[j] = 0; }
+        id[0] = a->seq.ids[i + 1];
+        pr[0] = sp_f32_to_f16(1.0f);
+    }
+    return write_record(r, a->seq.ids, n, a->n_prompt - 1, a->ids, a->probs, a->taps, err);
 }
 
 /* The language of a code file's fence, from its name; NULL for prose. */
@@ -304,11 +430,18 @@ static char *snippet(const char *text, size_t len, size_t chars, sp_rng *rng) {
     return s;
 }
 
-/* Generates answers for a batch of prompts in the context's slots. */
+/* Generates answers for a batch of prompts in the context's slots,
+ * recording their rows as they go. */
 static int answer_batch(sp_ctx *ctx, answer *a, int n, const sp_distill_opts *o, uint64_t seed, sp_err *err) {
     int ids[64];
-    for (int i = 0; i < n; i++) {
+    sp_drafter *rec[64] = { 0 };
+    int rc = 0, added = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        rec[i] = recorder_for(&a[i], o->tap_layers);
         sp_seq_params p = sp_seq_default_params();
+        p.drafter = rec[i];
+        p.draft_max = 1;             /* asked every round, proposes nothing: plain decoding */
+        p.use_cache = false;         /* every row from position 0 */
         p.prompt = a[i].seq.ids;
         p.n_prompt = a[i].seq.n;
         p.max_tokens = o->seq_len - a[i].seq.n;   /* the answer fills the sequence */
@@ -319,17 +452,17 @@ static int answer_batch(sp_ctx *ctx, answer *a, int n, const sp_distill_opts *o,
         p.sampling.seed = seed + (uint64_t)i;
         p.emit = on_answer;
         p.ud = &a[i];
-        if ((ids[i] = sp_ctx_add(ctx, &p, err)) < 0) return -1;
+        if ((ids[i] = sp_ctx_add(ctx, &p, err)) < 0) rc = -1;
+        else added++;
     }
-    while (sp_ctx_step(ctx) > 0) {}
-    for (int i = 0; i < n; i++) {
-        if (sp_ctx_seq_finish(ctx, ids[i]) == SP_FINISH_ERROR) {
-            sp_err_set(err, "distill: %s", sp_ctx_seq_error(ctx, ids[i]));
-            return -1;
-        }
+    if (!rc) while (sp_ctx_step(ctx) > 0) {}
+    for (int i = 0; i < added; i++) {
+        if (!rc && sp_ctx_seq_finish(ctx, ids[i]) == SP_FINISH_ERROR)
+            rc = sp_err_set(err, "distill: %s", sp_ctx_seq_error(ctx, ids[i]));
         sp_ctx_remove(ctx, ids[i]);
     }
-    return 0;
+    for (int i = 0; i < n; i++) sp_drafter_free(rec[i]);
+    return rc;
 }
 
 int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path, sp_distill_progress progress,
@@ -367,28 +500,29 @@ int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path,
             int na = 0;
             for (int tries = 0; na < slots && !rc && tries < 2 * slots; tries++) {
                 char *snip = snippet(text, len, (size_t)o->seq_len * 2, &rng);
-                memset(&ans[na], 0, sizeof ans[na]);
+                answer_reset(&ans[na]);
                 /* keep room for the answer */
                 rc = fit_prompt(o, tok, m->gguf, snip, code_lang(c.paths[fi]), sp_rng_next(&rng), o->seq_len / 2,
                                 &ans[na].seq, err);
                 free(snip);
                 if (rc || ans[na].seq.n == 0) {
                     unfit += !rc;
-                    sp_tokens_free(&ans[na].seq);
                     continue;
                 }
                 ans[na].n_prompt = ans[na].seq.n;
+                ans[na].n_dist = ans[na].seq.n - 1;
                 ans[na].tok = tok;
+                ans[na].V = m->hp.n_vocab;
+                ans[na].k = o->top_k;
+                ans[na].width = 3 * m->hp.n_embd;
                 na++;
             }
             if (!rc) rc = answer_batch(ctx, ans, na, o, o->seed + (uint64_t)fi * 1000, err);
-            for (int i = 0; i < na; i++) {
-                if (!rc && ans[i].seq.n > ans[i].n_prompt + 4) {
-                    rc = record(&r, ans[i].seq.ids, ans[i].seq.n, ans[i].n_prompt - 1, err);
-                    answer_tokens += (uint64_t)(ans[i].seq.n - ans[i].n_prompt);
+            for (int i = 0; i < na && !rc; i++)
+                if (ans[i].seq.n > ans[i].n_prompt + 4) {
+                    rc = record_answer(&r, &ans[i], err);
+                    answer_tokens += (uint64_t)(ans[i].seq.n - 1 - ans[i].n_prompt);
                 }
-                sp_tokens_free(&ans[i].seq);
-            }
         } else {
             /* windows of the text itself */
             sp_tokens t = { 0 };
@@ -417,6 +551,7 @@ int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path,
     if (r.f && fclose(r.f) && !rc) rc = sp_err_set(err, "distill: closing %s: %s", out_path, strerror(errno));
     for (int i = 0; i < c.n; i++) free(c.paths[i]);
     free(c.paths);
+    for (int i = 0; i < slots; i++) answer_free(&ans[i]);
     free(ans);
     free(r.ids);
     free(r.probs);

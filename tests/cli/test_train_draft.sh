@@ -25,12 +25,12 @@ check "it prints held-out acceptance per position and the data/training times" \
 check "the data file is kept beside the head" test -s "$tmp/h.gguf.distill"
 # every answer is an answer: its prompt whole, up to the assistant header
 # (before, prompts over half a sequence were cut at the end, and the model
-# went on with the user's text), and it ends at the end of the turn
+# went on with the user's text), and no end of turn inside it
 py=$(tests/tools/gguf_python.sh)
 "$py" tests/tools/check_distill_answers.py \
     "${SPECULA_MODELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specula/models}/SmolLM2-135M-Instruct.Q4_1.gguf" \
     "$tmp/h.gguf.distill" $'<|im_start|>assistant\n' '<|im_end|>' > "$tmp/ans" 2>&1
-check "the data's prompts end with the assistant header and its answers at the end of the turn" grep -q '^ok:' "$tmp/ans"
+check "the data's prompts end with the assistant header and its answers hold no end of turn" grep -q '^ok:' "$tmp/ans"
 grep -v '^ok:' "$tmp/ans" | sed 's/^/# /'
 # --doc-share: the share of requests about a snippet of the text; every
 # line of this corpus names the brown fox, no generated request does

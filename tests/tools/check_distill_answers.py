@@ -1,9 +1,10 @@
 """Checks the answer records of a train-draft data file made with a chat
 model: each prompt ends with the chat template's assistant header (a
 prompt cut at its end would make the model continue the user's text
-instead of answering), and an answer holds no end-of-turn token except as
-its last (what a model writes past the end of its turn is never drafted
-for).  Prints 'ok: N answers' or the first problems; exits 1 on any.
+instead of answering), and an answer holds no end-of-turn token (what a
+model writes past the end of its turn is never drafted for; the record
+stops before the answer's last token, which the model never read, and
+keeps its distribution on the row before).  Prints 'ok: N answers' or the first problems; exits 1 on any.
 With MARKER, the line goes on ', P pasted' for the prompts that hold it
 (text from the corpus, not from the generated requests).
 
@@ -54,8 +55,8 @@ for s in range(n_seqs):
     if not prompt.endswith(header):
         bad.append("sequence %d: the prompt ends with %r" % (s, prompt[-40:]))
     cut = answer.find(eog)
-    if cut >= 0 and cut + len(eog) != len(answer):
-        bad.append("sequence %d: the answer goes on past %r: %r" % (s, eog, answer[cut: cut + 60]))
+    if cut >= 0:
+        bad.append("sequence %d: the answer holds %r: %r" % (s, eog, answer[cut: cut + 60]))
 if at != len(d):
     bad.append("the file has %d bytes, the records end at %d" % (len(d), at))
 if answers == 0:

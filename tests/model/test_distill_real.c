@@ -1,0 +1,137 @@
+/* Self-distillation data on the real model (train/distill.c): the answers
+ * are recorded while the model writes them (taps from the round loop,
+ * distributions from the emitted tokens' logits), with no second pass.
+ * Each answer record must hold what one plain forward over its tokens
+ * gives: the same taps bit for bit, the same top-k ids and f16
+ * probabilities from the end of the prompt on; the prompt's rows labelled
+ * with the token that follows; no end-of-turn token inside; and for greedy
+ * answers, each token the top-1 of the row before it.  A row missed, one
+ * given twice or a distribution off by one row fails the test. */
+#include "spec_fixture.h"
+#include "train/train.h"
+
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TOPK 16
+
+/* The reference top-k of a logits row, as distill.c computes it: softmax
+ * over the whole vocabulary in double, ties to the lower id. */
+static void ref_top_k(const float *row, int V, int32_t *ids, uint16_t *probs) {
+    float max = row[0];
+    for (int i = 1; i < V; i++) max = row[i] > max ? row[i] : max;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)row[i] - max);
+    for (int j = 0; j < TOPK; j++) {
+        int best = -1;
+        for (int i = 0; i < V; i++) {
+            bool taken = false;
+            for (int q = 0; q < j; q++) taken |= ids[q] == i;
+            if (!taken && (best < 0 || row[i] > row[best])) best = i;
+        }
+        ids[j] = best;
+        probs[j] = sp_f32_to_f16((float)(exp((double)row[best] - max) / sum));
+    }
+}
+
+static const char *const corpus_text =
+    "The river rises in the hills north of the town and runs south for forty miles.\n"
+    "In spring the water is high and cold; in late summer it is low and warm.\n"
+    "Farmers along its banks grow wheat, barley and apples, and sell them at the market\n"
+    "on Saturdays. The old bridge was built in 1820 and repaired in 1952.\n"
+    "A new footpath now follows the river from the bridge to the mill.\n";
+
+static void test_answers_recorded_in_generation(void **state) {
+    fixture *f = *state;
+    sp_err err;
+    char dir[] = "/tmp/specula-distill-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char file[128], data[128];
+    snprintf(file, sizeof file, "%s/river.txt", dir);
+    snprintf(data, sizeof data, "%s/out.distill", dir);
+    FILE *fp = fopen(file, "w");
+    assert_non_null(fp);
+    for (int i = 0; i < 6; i++) fputs(corpus_text, fp);
+    fclose(fp);
+
+    sp_ctx_params cp = sp_ctx_default_params();
+    cp.n_ctx = 512;
+    cp.n_slots = 4;
+    cp.batch_rows = 64;
+    cp.pool = f->pool;
+    sp_ctx *c = sp_ctx_create(f->m, f->tok, &cp, &err);
+    if (!c) fail_msg("context: %s", err.msg);
+    const char *paths[1] = { dir };
+    const int L = f->m->hp.n_layer;
+    sp_distill_opts o = { .paths = paths, .n_paths = 1, .max_tokens = 600, .seq_len = 192, .top_k = TOPK,
+                          .answer_share = 1.0, .answer_tokens = 64, .chat = true, .doc_share = 0.5,
+                          .tap_layers = { 2, L / 2, L - 3 }, .seed = 5 };
+    if (sp_distill_make(c, &o, data, NULL, NULL, &err)) fail_msg("distill: %s", err.msg);
+    sp_ctx_free(c);
+
+    sp_distill *ds = sp_distill_open(data, &err);
+    if (!ds) fail_msg("open: %s", err.msg);
+    const sp_distill_info *in = sp_distill_info_of(ds);
+    assert_int_equal(in->top_k, TOPK);
+    const int d = f->m->hp.n_embd, V = f->m->hp.n_vocab, W = 3 * d;
+    float *logits = malloc((size_t)64 * V * sizeof(float)), *taps = malloc((size_t)64 * W * sizeof(float));
+    int answers = 0, greedy_rows = 0;
+    for (uint32_t s = 0; s < in->n_seqs; s++) {
+        sp_distill_seq q;
+        sp_distill_get(ds, s, &q);
+        if (q.loss_from == 0) continue;              /* a text window (recorded by a forward) */
+        answers++;
+        assert_true(q.n > q.loss_from + 1);
+        for (int i = q.loss_from + 1; i < q.n; i++)
+            assert_false(sp_tokenizer_is_eog(f->tok, q.tokens[i]));
+        for (int i = 0; i < q.loss_from; i++) {      /* prompt rows: the next token, certain */
+            assert_int_equal(q.ids[(size_t)i * TOPK], q.tokens[i + 1]);
+            assert_int_equal(q.probs[(size_t)i * TOPK], sp_f32_to_f16(1.0f));
+        }
+        /* one plain forward over the record's tokens, 64 rows a pass */
+        sp_kv *kv = sp_kv_create(f->m, q.n);
+        bool greedy = true;
+        for (int at = 0; at < q.n; at += 64) {
+            const int n = q.n - at < 64 ? q.n - at : 64;
+            sp_fwd_seq fw = { .kv = kv, .tokens = q.tokens + at, .n = n, .mode = SP_LOGITS_ALL, .logits = logits,
+                              .tap_layers = in->tap_layers, .n_taps = 3, .taps = taps };
+            assert_int_equal(sp_model_forward_batch(f->m, f->ws, &fw, 1, &err), 0);
+            for (int r = 0; r < n; r++) {
+                const int row = at + r;
+                for (int e = 0; e < W; e++)
+                    if (q.taps[(size_t)row * W + e] != sp_f32_to_bf16(taps[(size_t)r * W + e]))
+                        fail_msg("sequence %u row %d: tap %d differs from a plain forward", s, row, e);
+                if (row < q.loss_from) continue;
+                int32_t ids[TOPK];
+                uint16_t probs[TOPK];
+                ref_top_k(logits + (size_t)r * V, V, ids, probs);
+                for (int j = 0; j < TOPK; j++) {
+                    if (q.ids[(size_t)row * TOPK + j] != ids[j] || q.probs[(size_t)row * TOPK + j] != probs[j])
+                        fail_msg("sequence %u row %d: top-k entry %d differs from a plain forward", s, row, j);
+                }
+                if (row + 1 < q.n) greedy &= q.tokens[row + 1] == ids[0];
+            }
+        }
+        sp_kv_free(kv);
+        greedy_rows += greedy;
+    }
+    /* answers alternate greedy and sampled (T = 0.7): some are greedy
+     * throughout, and the sampled ones leave the top-1 somewhere */
+    assert_true(answers >= 2);
+    assert_true(greedy_rows >= 1 && greedy_rows < answers);
+    free(logits);
+    free(taps);
+    sp_distill_close(ds);
+    unlink(data);
+    unlink(file);
+    rmdir(dir);
+}
+
+int main(void) {
+    sp_base_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_answers_recorded_in_generation),
+    };
+    return cmocka_run_group_tests(tests, fx_setup_smol, fx_teardown);
+}
