@@ -441,6 +441,25 @@ static void test_combine_estimates(void **st) {
     cb_teardown(&x);
 }
 
+/* A short proposal the member is sure of ends the asking too (a
+ * one-token suffix match grows with the match); a long one with the same
+ * estimate does not. */
+static void test_combine_sure(void **st) {
+    (void)st;
+    cb_fixture x;
+    cb_setup(&x, 0.95, 0.9);
+    cb_request(&x);
+    x.a->n = 1;
+    x.a->accept = 1;
+    assert_string_equal(cb_round(&x), "a");          /* 0.95 of 1 token: sure */
+    assert_int_equal(x.b->asked, 0);
+    x.a->n = 3;
+    assert_string_equal(cb_round(&x), "a");          /* 0.95 of 3: b is asked, a's is still better */
+    assert_int_equal(x.b->asked, 1);
+    cb_check_streams(&x);
+    cb_teardown(&x);
+}
+
 /* A member whose confident proposals keep failing loses its word: after
  * enough rejected rounds the next member is asked and wins, and a new
  * request starts both records afresh. */
@@ -754,7 +773,7 @@ int main(void) {
         cmocka_unit_test(test_ngram_tree), cmocka_unit_test(test_ngram_bad_params), cmocka_unit_test(test_capability_refusal),
         cmocka_unit_test(test_combine_first_wins), cmocka_unit_test(test_combine_estimates),
         cmocka_unit_test(test_combine_record), cmocka_unit_test(test_combine_gate_members),
-        cmocka_unit_test(test_combine_feeds_tap_readers),
+        cmocka_unit_test(test_combine_feeds_tap_readers), cmocka_unit_test(test_combine_sure),
         cmocka_unit_test(test_specsample_distribution), cmocka_unit_test(test_specsample_degenerate),
         cmocka_unit_test(test_adapt), cmocka_unit_test(test_adapt_in_pass),
         cmocka_unit_test(test_stats), cmocka_unit_test(test_spec_gate),
