@@ -138,7 +138,9 @@ static void test_gate(void **state) {
     sp_tokens p = { 0 };
     fx_prompt(f, "Write a short story about a lighthouse keeper who finds a message in a bottle.", &p);
     run_out plain, out;
+    const uint64_t t0 = sp_now_ns();
     gen(f, NULL, &p, false, &plain);
+    const double plain_ms = (double)(sp_now_ns() - t0) / 1e6 / GEN;  /* per token, this host, now */
     oracle o = { plain.toks, GEN, 0, 0, 0 };
     sp_drafter *d = oracle_drafter(&o, "oracle", true);
 
@@ -150,12 +152,17 @@ static void test_gate(void **state) {
     assert_true(st.gated_rounds * 4 < st.rounds);
     assert_true(st.accepted > GEN / 2);
 
-    /* 30 ms the controller cannot see in each drafting round: mostly off */
-    o.sleep_ms = 30;
+    /* time the controller cannot see in each drafting round: mostly off.
+     * At least 30 ms, and ten plain tokens' worth, so a round of three
+     * tokens costs several plain steps even on a slow or busy host (at a
+     * flat 30 ms, tests running beside this one once made plain steps slow
+     * enough that the gate kept drafting) */
+    o.sleep_ms = plain_ms * 10 > 30 ? (int)(plain_ms * 10) : 30;
+    if (o.sleep_ms > 900) o.sleep_ms = 900;  /* sleep_ms takes < 1 s */
     st = gen(f, d, &p, false, &out);
     assert_memory_equal(out.toks, plain.toks, GEN * sizeof(int32_t));
-    fprintf(stderr, "# oracle, 30 ms a round: rounds %lld, gated %lld, spec rounds %lld\n", (long long)st.rounds,
-            (long long)st.gated_rounds, (long long)st.spec_rounds);
+    fprintf(stderr, "# oracle, %d ms a round (plain %.1f ms a token): rounds %lld, gated %lld, spec rounds %lld\n",
+            o.sleep_ms, plain_ms, (long long)st.rounds, (long long)st.gated_rounds, (long long)st.spec_rounds);
     assert_true(st.gated_rounds * 2 > st.rounds);
 
     /* ungated, the controller drafts in every round it can */
