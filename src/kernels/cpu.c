@@ -23,6 +23,7 @@ static const sp_kfuncs sp_kfuncs_scalar = { .name = "scalar", .level = SP_SIMD_S
     .act_prepare = sp_avx2_act_prepare,              \
     .rmsnorm = sp_avx2_rmsnorm,                      \
     .softmax = sp_avx2_softmax,                      \
+    .argmax = sp_avx2_argmax,                        \
     .swiglu = sp_avx2_swiglu,                        \
     .geglu = sp_avx2_geglu,                          \
     .vec_add = sp_avx2_vec_add,                      \

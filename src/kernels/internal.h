@@ -205,6 +205,7 @@ typedef struct sp_kfuncs {
     /* Vector operations (same contracts as the public functions). */
     void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);
     void (*softmax)(float *x, int n);
+    int (*argmax)(const float *x, int n);
     void (*swiglu)(float *out, const float *gate, const float *up, int n);
     void (*geglu)(float *out, const float *gate, const float *up, int n);
     void (*vec_add)(float *y, const float *x, int n);
@@ -265,6 +266,7 @@ int64_t sp_avx512_peak_loop(int64_t iters);
 /* ops_avx2.c */
 void sp_avx2_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void sp_avx2_softmax(float *x, int n);
+int sp_avx2_argmax(const float *x, int n);
 void sp_avx2_swiglu(float *out, const float *gate, const float *up, int n);
 void sp_avx2_geglu(float *out, const float *gate, const float *up, int n);
 void sp_avx2_vec_add(float *y, const float *x, int n);

@@ -192,6 +192,10 @@ void sp_rope_table(float *cs, int n_rot, int pos, float freq_base);
 void sp_rope_apply(float *head, const float *cs, int n_rot, bool neox);
 /* In-place softmax over n values. */
 void sp_softmax(float *x, int n);
+/* The index of the largest of x[0..n), the lowest among equals (greedy
+ * decoding's choice); NaN never wins, and a NaN x[0] gives 0, as the loop
+ * "best = 0; if (x[i] > x[best]) best = i" does.  n >= 1. */
+int sp_argmax(const float *x, int n);
 /* x = silu(gate) * up, x = gelu_tanh(gate) * up. */
 void sp_swiglu(float *out, const float *gate, const float *up, int n);
 void sp_geglu(float *out, const float *gate, const float *up, int n);

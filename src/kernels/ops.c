@@ -62,6 +62,15 @@ void sp_rope_apply(float *head, const float *cs, int n_rot, bool neox) {
     }
 }
 
+int sp_argmax(const float *x, int n) {
+    const sp_kfuncs *k = sp_kern();
+    if (k->argmax) return k->argmax(x, n);
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 void sp_softmax(float *x, int n) {
     SP_KDISPATCH(softmax, x, n);
     float max = -INFINITY;

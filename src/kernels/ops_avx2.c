@@ -127,6 +127,31 @@ void sp_avx2_vec_scale(float *y, float s, int n) {
     for (; i < n; i++) y[i] *= s;
 }
 
+/* Two passes over x (a logits row, in L2 after the LM head wrote it): the
+ * largest non-NaN value (max_ps returns its second operand when either is
+ * NaN, so the running maximum never becomes one), then the first index
+ * holding it.  The scalar loop's answer exactly: ties and -0.0 == +0.0 go
+ * to the lower index, and a NaN x[0] wins (nothing compares above it). */
+int sp_avx2_argmax(const float *x, int n) {
+    if (isnan(x[0])) return 0;
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(_mm256_loadu_ps(x + i), vm);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vm);
+    float max = -INFINITY;
+    for (int j = 0; j < 8; j++) max = lanes[j] > max ? lanes[j] : max;
+    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    const __m256 vmax = _mm256_set1_ps(max);
+    for (i = 0; i + 8 <= n; i += 8) {
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vmax, _CMP_EQ_OQ));
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+    for (; i < n; i++)
+        if (x[i] == max) return i;
+    return 0;                        /* unreachable: x[0] is not NaN, so some x[i] holds max */
+}
+
 /* x = exp(x - max) / sum, the sum in double (4 lanes, fixed order). */
 void sp_avx2_softmax(float *x, int n) {
     if (n <= 0) return;

@@ -1,5 +1,6 @@
 /* Token sampling: penalties, truncation and one keyed draw. */
 #include "sample/sample.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -90,11 +91,16 @@ static bool has_penalties(const sp_sampler_params *p) {
            p->frequency_penalty != 0.0f;
 }
 
+/* Whether transform applies penalties to this history. */
+static bool penalised(const sp_sampler *s) {
+    return has_penalties(&s->p) && s->n_hist > 0 && s->p.repeat_last_n != 0;
+}
+
 /* work = logits + bias, then penalties over the accepted window. */
 static void transform(sp_sampler *s, const float *logits) {
     memcpy(s->work, logits, (size_t)s->n_vocab * sizeof(float));
     for (int i = 0; i < s->p.n_bias; i++) s->work[s->bias[i].token] += s->bias[i].bias;
-    if (!has_penalties(&s->p) || s->n_hist == 0 || s->p.repeat_last_n == 0) return;
+    if (!penalised(s)) return;
     int from = 0;
     if (s->p.repeat_last_n > 0 && s->n_hist > s->p.repeat_last_n) from = s->n_hist - s->p.repeat_last_n;
     for (int i = from; i < s->n_hist; i++) s->counts[s->hist[i]]++;
@@ -109,12 +115,8 @@ static void transform(sp_sampler *s, const float *logits) {
     }
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i; /* strict: the lowest id wins ties */
-    return best;
-}
+/* strict: the lowest id wins ties */
+static int32_t argmax(const float *x, int n) { return sp_argmax(x, n); }
 
 /* Candidate order: descending logit/probability, ties by ascending id. */
 static int cand_cmp(const void *a, const void *b) {
@@ -179,6 +181,13 @@ static void renormalise(sp_cand *c, int n) {
 }
 
 const sp_cand *sp_sampler_dist(sp_sampler *s, const float *logits, int *n_cands) {
+    if (s->p.temperature == 0.0f && s->p.n_bias == 0 && !penalised(s)) {
+        /* greedy on the logits as they are: no copy (a verification asks
+         * this of every row it checks) */
+        s->cands[0] = (sp_cand){ argmax(logits, s->n_vocab), 1.0f };
+        *n_cands = 1;
+        return s->cands;
+    }
     transform(s, logits);
     sp_cand *c = s->cands;
     const sp_sampler_params *p = &s->p;

@@ -682,6 +682,58 @@ static void assert_close(const float *a, const float *b, int n, double rel, doub
     }
 }
 
+/* sp_argmax: the scalar loop's index on every level, for random rows of
+ * every tail length and the edge cases (ties, NaN first or inside, all
+ * -inf, signed zeros, the maximum in the tail). */
+static int argmax_ref(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static void check_argmax(const float *x, int n, const char *what) {
+    const int want = argmax_ref(x, n);
+    const sp_simd levels[] = { SP_SIMD_SCALAR, SP_SIMD_AVX2 };
+    for (int l = 0; l < 2; l++) {
+        if (levels[l] != SP_SIMD_SCALAR && !have_avx2()) continue;
+        sp_kernels_set_simd(levels[l]);
+        const int got = sp_argmax(x, n);
+        if (got != want) fail_msg("argmax %s (n %d, level %d): %d, want %d", what, n, l, got, want);
+    }
+}
+
+static void test_argmax(void **state) {
+    (void)state;
+    float x[300];
+    sp_rng r = { 77 };
+    for (int n = 1; n <= 40; n++) {
+        for (int i = 0; i < n; i++) x[i] = urand(&r);
+        check_argmax(x, n, "random");
+        for (int i = 0; i < n; i++) x[i] = (float)(int)(urand(&r) * 3);   /* many ties */
+        check_argmax(x, n, "ties");
+    }
+    for (int i = 0; i < 300; i++) x[i] = -INFINITY;
+    check_argmax(x, 300, "all -inf");
+    x[299] = -1e30f;
+    check_argmax(x, 300, "last in the tail");
+    x[0] = NAN;
+    x[100] = 5;
+    check_argmax(x, 300, "NaN first");
+    assert_int_equal(sp_argmax(x, 300), 0);
+    x[0] = 1;
+    x[50] = NAN;
+    x[100] = NAN;
+    x[200] = 4;
+    check_argmax(x, 300, "NaN inside");
+    assert_int_equal(sp_argmax(x, 300), 200);
+    for (int i = 0; i < 300; i++) x[i] = -1;
+    x[20] = -0.0f;
+    x[30] = 0.0f;
+    check_argmax(x, 300, "signed zeros");
+    assert_int_equal(sp_argmax(x, 300), 20);
+}
+
 static void test_ops_simd_vs_scalar(void **state) {
     (void)state;
     if (!have_avx2()) return;
@@ -966,6 +1018,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_matmul_many, teardown),
         cmocka_unit_test_teardown(test_kquant_avx512, teardown),
         cmocka_unit_test_teardown(test_ops_simd_vs_scalar, teardown),
+        cmocka_unit_test_teardown(test_argmax, teardown),
         cmocka_unit_test_teardown(test_geglu_all_f16, teardown),
         cmocka_unit_test_teardown(test_exp_accuracy, teardown),
         cmocka_unit_test_teardown(test_attention_simd_vs_scalar, teardown),
