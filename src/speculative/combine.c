@@ -333,7 +333,6 @@ sp_drafter *sp_combine_create(sp_drafter **subs, int n, sp_err *err) {
     d->ops = &cb_ops;
     d->impl = c;
     d->cheap = true;
-    d->default_draft_max = 0;
     size_t len = 0;
     for (int i = 0; i < n; i++) {
         if (subs[i]->needs & SP_CAP_HIDDEN_TAPS) {
@@ -355,7 +354,6 @@ sp_drafter *sp_combine_create(sp_drafter **subs, int n, sp_err *err) {
         /* a sub-draft that reads hidden states cannot be primed afresh
          * after a cached prefix: it must keep state */
         assert(subs[i]->keeps_state || !(subs[i]->needs & SP_CAP_HIDDEN_TAPS));
-        if (subs[i]->default_draft_max > d->default_draft_max) d->default_draft_max = subs[i]->default_draft_max;
         len += (size_t)snprintf(d->name + len, len < sizeof d->name ? sizeof d->name - len : 0, "%s%s",
                                 i ? "," : "", subs[i]->name);
     }

@@ -252,7 +252,6 @@ static sp_drafter *dm_new(dm_drafter *dm, const char *name) {
     d->ops = &dm_ops;
     d->impl = dm;
     d->cheap = false;
-    d->default_draft_max = 4;
     d->keeps_state = true;       /* (a cross-vocabulary draft's checkpoint fails: then none is kept) */
     d->needs = (dm->tok ? SP_CAP_TOKENIZER : 0) | (dm->o.sample ? SP_CAP_SAMPLING : 0);
     snprintf(d->name, sizeof d->name, "%s", name);

@@ -589,7 +589,11 @@ sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_e
     memcpy(d->tap_layers, h->hp.target_layers, sizeof h->hp.target_layers);
     d->cheap = false;
     d->keeps_state = true;
-    d->default_draft_max = 6;
+    /* the head is trained on chains of 3 (--ttt); asked for up to 16 it
+     * drafted deeper only where its confidence, uncalibrated there, ran
+     * ahead of its acceptance: capped at 4 the adaptive length gained
+     * 2-3 % on chat and math (BENCHMARKS.md, ninth round) */
+    d->adaptive_cap = 4;
     return d;
 }
 

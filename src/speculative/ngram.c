@@ -316,7 +316,6 @@ sp_drafter *sp_ngram_create_tree(int min_ngram, int max_ngram, int width, sp_err
     d->impl = c;
     d->needs = 0;
     d->cheap = true;
-    d->default_draft_max = 10;
     snprintf(d->name, sizeof d->name, "ngram");
     snprintf(d->ns, sizeof d->ns, "ngram-history-v1:min=%d:max=%d", min_ngram, max_ngram);
     /* the tree width changes proposals, not the state: same namespace */

@@ -117,7 +117,8 @@ sp_seq *sp_seq_create(const sp_model *m, sp_kv *kv, sp_sampler *smp, sp_draft *d
         q->tap_layers = draft->drafter->tap_layers;
         q->wtaps = sp_xmalloc(tap_bytes(q, SP_MAX_DRAFT + 1));
     }
-    int cap = cfg->draft_max == SP_DRAFT_ADAPTIVE ? 16 : cfg->draft_max;
+    const int own = draft ? draft->drafter->adaptive_cap : 0;
+    int cap = cfg->draft_max == SP_DRAFT_ADAPTIVE ? (own > 0 ? own : 16) : cfg->draft_max;
     sp_adapt_init(&q->adapt, cfg->cost, cap);
     return q;
 }

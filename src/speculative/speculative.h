@@ -164,7 +164,7 @@ struct sp_drafter {
     bool keeps_state;                /* has ops->resume: its state is worth a checkpoint beside a
                                         cached prefix (priming it costs passes; model-free drafters
                                         rebuild theirs from the tokens in microseconds) */
-    int default_draft_max;
+    int adaptive_cap;                /* the longest draft the adaptive length asks of it (0: 16) */
     int cheap_lead;                  /* a combination of cheap drafters then costly ones: how many
                                         cheap ones lead (0 = none; the gate may run them alone) */
     uint64_t serial;                 /* unique to this drafter in the process (sp_drafter_alloc):

@@ -296,7 +296,6 @@ sp_drafter *sp_suffix_create(const sp_suffix_opts *opts, sp_err *err) {
     d->impl = c;
     d->needs = 0;
     d->cheap = true;
-    d->default_draft_max = 16;
     snprintf(d->name, sizeof d->name, "suffix");
     snprintf(d->ns, sizeof d->ns, "suffix-v1:depth=%d:factor=%g:minp=%g:width=%d", o.max_depth,
              (double)o.factor, (double)o.min_prob, o.tree_width);

@@ -138,6 +138,13 @@ static void test_identity_head(void **state) {
                                    same_as_plain(f, d, fx_prompts[1], 0.8f, 6) };
     for (int i = 0; i < 3; i++) sp_stats_add(&all, &more[i]);
     if (!(all.accepted < all.drafted)) fail_msg("identity head: no draft was ever rejected");
+    /* the adaptive length asks the head for at most its cap, which the
+     * repeated text, drafted with full confidence, reaches */
+    assert_int_equal(d->adaptive_cap, 4);
+    const sp_spec_stats ad = same_as_plain(f, d, REPEAT, 0.0f, SP_DRAFT_ADAPTIVE);
+    if (!(ad.pos_drafted[3] > 0)) fail_msg("identity head, adaptive: never drafted 4 tokens");
+    for (int j = 4; j < SP_STAT_POSITIONS; j++)
+        if (ad.pos_drafted[j]) fail_msg("identity head, adaptive: drafted at position %d, past the cap", j + 1);
     sp_drafter_free(d);
 }
 

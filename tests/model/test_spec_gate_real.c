@@ -129,7 +129,6 @@ static sp_drafter *oracle_drafter(oracle *o, const char *name, bool cheap) {
     snprintf(d->name, sizeof d->name, "%s", name);
     snprintf(d->ns, sizeof d->ns, "%s", name);
     d->cheap = cheap;
-    d->default_draft_max = 2;
     return d;
 }
 
