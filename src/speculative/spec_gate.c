@@ -18,6 +18,16 @@
  * measured: it pays for the other mode (a head catching up on the rows it
  * skipped, caches refilled).  The cost of knowing is bounded: at most the
  * probe share of steps run in the slower mode.
+ *
+ * Probing has a price where drafting clearly wins: with suffix at 2x on a
+ * copying task, the plain probes (6 steps in 48) gave back 5-6 % of its
+ * speed.  So a drafting leader that beat every other mode by a margin for
+ * a whole cycle gets a cycle twice as long, up to four times (probes in 6
+ * of 174 steps), and loses that the moment another mode measures faster
+ * by the margin: the leader's own rate is current at every step, so a
+ * leader that slows down (the text stopped copying) hands over mid-cycle,
+ * without waiting for the probes.  A plain leader does not back off: there the probes are
+ * what notices that drafting has begun to pay.
  */
 #include "speculative/speculative.h"
 
@@ -26,6 +36,8 @@
 
 #define SP_SPEC_GATE_DECAY 0.97       /* memory of ~30 measured steps per mode */
 #define SP_SPEC_GATE_MIN 2.5          /* measured steps (decayed) of a mode before it may lead */
+#define SP_SPEC_GATE_MARGIN 1.10      /* a drafting leader this much faster than every other mode ... */
+#define SP_SPEC_GATE_BACKOFF_MAX 2    /* ... doubles its cycle's main part, up to 2^this times */
 
 void sp_spec_gate_init(sp_spec_gate *g, bool cheap) {
     memset(g, 0, sizeof *g);
@@ -43,7 +55,7 @@ static sp_spec_gate_bucket *bucket(sp_spec_gate *g, int n_seqs) {
 
 /* Early cycles are short, so a request learns within its first hundred
  * steps; later ones long, so probing the slower modes costs little. */
-static int main_len(const sp_spec_gate_bucket *b) { return b->cycle < 2 ? 12 : 42; }
+static int main_len(const sp_spec_gate_bucket *b) { return b->cycle < 2 ? 12 : 42 << b->backoff; }
 static int probe_len(const sp_spec_gate_bucket *b) { return b->cycle < 2 ? 4 : 6; }
 static int n_modes(const sp_spec_gate *g) { return g->cheap ? 3 : 2; }
 /* The gate's i-th mode: PLAIN, (CHEAP,) ALL. */
@@ -69,9 +81,43 @@ static sp_gate_mode fastest(const sp_spec_gate *g, int n_seqs) {
     return best;
 }
 
+/* Whether mode m, drafting, beats every other mode by the margin (all of
+ * them measured). */
+static bool clear_lead(const sp_spec_gate *g, int n_seqs, sp_gate_mode m) {
+    const double r = sp_spec_gate_rate(g, n_seqs, m);
+    if (m == SP_GATE_PLAIN || r <= 0) return false;
+    for (int i = 0; i < n_modes(g); i++) {
+        const sp_gate_mode o = mode_at(g, i);
+        if (o == m) continue;
+        const double ro = sp_spec_gate_rate(g, n_seqs, o);
+        if (ro <= 0 || r < SP_SPEC_GATE_MARGIN * ro) return false;
+    }
+    return true;
+}
+
+/* Whether another mode measured faster than m by the margin (a margin, so
+ * that two modes about as fast do not hand over back and forth, each
+ * switch costing an unmeasured step). */
+static bool overtaken(const sp_spec_gate *g, int n_seqs, sp_gate_mode m) {
+    const double r = sp_spec_gate_rate(g, n_seqs, m);
+    for (int i = 0; i < n_modes(g); i++) {
+        const sp_gate_mode o = mode_at(g, i);
+        if (o != m && sp_spec_gate_rate(g, n_seqs, o) > SP_SPEC_GATE_MARGIN * r) return true;
+    }
+    return false;
+}
+
 sp_gate_mode sp_spec_gate_next(sp_spec_gate *g, int n_seqs) {
     sp_spec_gate_bucket *b = bucket(g, n_seqs);
-    if (b->pos == 0) b->prefer = fastest(g, n_seqs);
+    if (b->pos == 0) {
+        const sp_gate_mode lead = fastest(g, n_seqs);
+        const bool kept = b->cycle >= 2 && lead == b->prefer && clear_lead(g, n_seqs, lead);
+        b->backoff = kept ? (b->backoff < SP_SPEC_GATE_BACKOFF_MAX ? b->backoff + 1 : b->backoff) : 0;
+        b->prefer = lead;
+    } else if (b->backoff > 0 && b->pos < main_len(b) && overtaken(g, n_seqs, b->prefer)) {
+        b->prefer = fastest(g, n_seqs);  /* the leader of a long cycle fell behind: hand over now */
+        b->backoff = 0;
+    }
     sp_gate_mode mode = b->prefer;
     if (b->pos >= main_len(b)) {     /* the probes: each other mode in turn */
         int k = (b->pos - main_len(b)) / probe_len(b);
@@ -82,7 +128,7 @@ sp_gate_mode sp_spec_gate_next(sp_spec_gate *g, int n_seqs) {
     }
     b->fresh = b->last != (int)mode;
     b->last = (int)mode;
-    if (++b->pos == main_len(b) + (n_modes(g) - 1) * probe_len(b)) {
+    if (++b->pos >= main_len(b) + (n_modes(g) - 1) * probe_len(b)) {
         b->pos = 0;
         b->cycle++;
     }

@@ -471,6 +471,7 @@ typedef enum { SP_GATE_PLAIN = 0, SP_GATE_CHEAP = 1, SP_GATE_ALL = 2 } sp_gate_m
 typedef struct sp_spec_gate_bucket {
     double tok[3], sec[3], n[3];     /* per mode: decayed tokens, seconds and steps measured */
     int pos, cycle;                  /* step within the current cycle; cycles done */
+    int backoff;                     /* the main part is 2^backoff times the usual (a clear lead) */
     sp_gate_mode prefer;             /* the cycle's main mode */
     bool fresh;                      /* the last step switched modes (it is not measured) */
     int last;                        /* the last step's mode (-1 before the first) */

@@ -746,6 +746,28 @@ static void test_spec_gate(void **st) {
     gate_reset(&e);
     gate_run(&g, &e, 1, 480);
     assert_true(e.steps[SP_GATE_ALL] <= 480 / 8);
+    /* a clear drafting lead (2x) backs the probes off: after the first
+     * cycles plain runs in at most 1 step of 24 (6 of each 174) */
+    sp_spec_gate_init(&g, false);
+    gate_sim k = { { 100, 0, 200 }, 0.02, { 0 } };
+    gate_run(&g, &k, 1, 300);
+    gate_reset(&k);
+    gate_run(&g, &k, 1, 1740);
+    assert_true(k.steps[SP_GATE_PLAIN] > 0 && k.steps[SP_GATE_PLAIN] <= 1740 / 24);
+    /* ... and a leader that slows down hands over within a few dozen
+     * steps, not at the end of its long cycle */
+    k.tps[SP_GATE_ALL] = 60;
+    gate_reset(&k);
+    gate_run(&g, &k, 1, 60);
+    assert_true(k.steps[SP_GATE_ALL] < 40);
+    /* a plain leader never backs off: drafting is probed in 6 steps of
+     * every 48, however clearly it loses */
+    sp_spec_gate_init(&g, false);
+    gate_sim l = { { 100, 0, 50 }, 0.02, { 0 } };
+    gate_run(&g, &l, 1, 300);
+    gate_reset(&l);
+    gate_run(&g, &l, 1, 960);
+    assert_true(l.steps[SP_GATE_ALL] >= 960 / 8 - 6);
     /* three modes (a combination led by a cheap drafter): the cheap one
      * alone is fastest, so it leads; each other mode is probed */
     sp_spec_gate_init(&g, true);
