@@ -132,6 +132,16 @@ static sp_drafter *oracle_drafter(oracle *o, const char *name, bool cheap) {
     return d;
 }
 
+/* Time a drafting round hides from the controller, enough that drafting
+ * must lose: at least 30 ms, and ten plain tokens' worth, so a round of
+ * three tokens costs several plain steps even on a slow or busy host (at a
+ * flat 30 ms, tests or a training run beside this one made plain steps
+ * slow enough that the gate rightly kept drafting). */
+static int hidden_ms(double plain_ms) {
+    const int ms = plain_ms * 10 > 30 ? (int)(plain_ms * 10) : 30;
+    return ms > 900 ? 900 : ms;      /* sleep_ms takes < 1 s */
+}
+
 static void test_gate(void **state) {
     fixture *f = *state;
     sp_tokens p = { 0 };
@@ -151,13 +161,8 @@ static void test_gate(void **state) {
     assert_true(st.gated_rounds * 4 < st.rounds);
     assert_true(st.accepted > GEN / 2);
 
-    /* time the controller cannot see in each drafting round: mostly off.
-     * At least 30 ms, and ten plain tokens' worth, so a round of three
-     * tokens costs several plain steps even on a slow or busy host (at a
-     * flat 30 ms, tests running beside this one once made plain steps slow
-     * enough that the gate kept drafting) */
-    o.sleep_ms = plain_ms * 10 > 30 ? (int)(plain_ms * 10) : 30;
-    if (o.sleep_ms > 900) o.sleep_ms = 900;  /* sleep_ms takes < 1 s */
+    /* time the controller cannot see in each drafting round: mostly off */
+    o.sleep_ms = hidden_ms(plain_ms);
     st = gen(f, d, &p, false, &out);
     assert_memory_equal(out.toks, plain.toks, GEN * sizeof(int32_t));
     fprintf(stderr, "# oracle, %d ms a round (plain %.1f ms a token): rounds %lld, gated %lld, spec rounds %lld\n",
@@ -225,8 +230,10 @@ static void test_gate_per_drafter(void **state) {
     sp_tokens p = { 0 };
     fx_prompt(f, "Write a short story about a lighthouse keeper who finds a message in a bottle.", &p);
     run_out plain, out;
+    const uint64_t t0 = sp_now_ns();
     gen(f, NULL, &p, false, &plain);
-    oracle slow = { plain.toks, GEN, 30, 0, 0 }, fast = { plain.toks, GEN, 0, 0, 0 };
+    const double plain_ms = (double)(sp_now_ns() - t0) / 1e6 / GEN;
+    oracle slow = { plain.toks, GEN, hidden_ms(plain_ms), 0, 0 }, fast = { plain.toks, GEN, 0, 0, 0 };
     sp_ctx *c = new_ctx(f, false);
 
     sp_drafter *a = oracle_drafter(&slow, "oracle", true);
