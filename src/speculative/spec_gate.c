@@ -25,8 +25,8 @@
  * a whole cycle gets a cycle twice as long, up to four times (probes in 6
  * of 174 steps), and loses that the moment another mode measures faster
  * by the margin: the leader's own rate is current at every step, so a
- * leader that slows down (the text stopped copying) hands over mid-cycle,
- * without waiting for the probes.  A plain leader does not back off: there the probes are
+ * leader that slows down (the text stopped copying) returns to the usual
+ * cycle at once, and its probes come at most 42 steps later.  A plain leader does not back off: there the probes are
  * what notices that drafting has begun to pay.
  */
 #include "speculative/speculative.h"
@@ -96,8 +96,7 @@ static bool clear_lead(const sp_spec_gate *g, int n_seqs, sp_gate_mode m) {
 }
 
 /* Whether another mode measured faster than m by the margin (a margin, so
- * that two modes about as fast do not hand over back and forth, each
- * switch costing an unmeasured step). */
+ * that two modes about as fast do not end each other's long cycles). */
 static bool overtaken(const sp_spec_gate *g, int n_seqs, sp_gate_mode m) {
     const double r = sp_spec_gate_rate(g, n_seqs, m);
     for (int i = 0; i < n_modes(g); i++) {
@@ -115,7 +114,12 @@ sp_gate_mode sp_spec_gate_next(sp_spec_gate *g, int n_seqs) {
         b->backoff = kept ? (b->backoff < SP_SPEC_GATE_BACKOFF_MAX ? b->backoff + 1 : b->backoff) : 0;
         b->prefer = lead;
     } else if (b->backoff > 0 && b->pos < main_len(b) && overtaken(g, n_seqs, b->prefer)) {
-        b->prefer = fastest(g, n_seqs);  /* the leader of a long cycle fell behind: hand over now */
+        /* the leader of a long cycle fell behind: back to the usual cycle,
+         * whose probes (now, if it is past their start) measure the others
+         * afresh before the next cycle picks.  Not a switch on the spot: the
+         * others' rates are as old as their last probes, and a leader whose
+         * rate swings (drafting in bursts) would hand over at a low point
+         * to a mode that then runs unmeasured against it */
         b->backoff = 0;
     }
     sp_gate_mode mode = b->prefer;
