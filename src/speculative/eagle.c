@@ -592,7 +592,7 @@ sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_e
     /* the head is trained on chains of 3 (--ttt); asked for up to 16 it
      * drafted deeper only where its confidence, uncalibrated there, ran
      * ahead of its acceptance: capped at 4 the adaptive length gained
-     * 2-3 % on chat and math (BENCHMARKS.md, ninth round) */
+     * 1-2 % on chat and math (BENCHMARKS.md, ninth round) */
     d->adaptive_cap = 4;
     return d;
 }

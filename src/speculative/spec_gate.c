@@ -20,8 +20,8 @@
  * probe share of steps run in the slower mode.
  *
  * Probing has a price where drafting clearly wins: with suffix at 2x on a
- * copying task, the plain probes (6 steps in 48) gave back 5-6 % of its
- * speed.  So a drafting leader that beat every other mode by a margin for
+ * copying task, plain probes in 6 steps of 48 give back 5-6 % of its
+ * speed (by arithmetic: 6 steps of one token where 3 would come).  So a drafting leader that beat every other mode by a margin for
  * a whole cycle gets a cycle twice as long, up to four times (probes in 6
  * of 174 steps), and loses that the moment another mode measures faster
  * by the margin: the leader's own rate is current at every step, so a
