@@ -215,6 +215,27 @@ static void pack_head(sp_head *h, const sp_model *t) {
     }
 }
 
+/* fc in F16 beside quantized matrices.  The head's files keep fc in F32
+ * (quantizing its input, the target's raw residual stream, to Q8 blocks as
+ * the quantized kernels do ruins it), but the F32 weights (4 MB for
+ * SmolLM2) made fc a third of a catch-up pass; the F16 kernel reads half
+ * the bytes and keeps the input in F32.  Its rounding (2^-11 of a weight)
+ * is far below that of the head's Q4_1/Q8_0 matrices; a head of F32 or F16
+ * matrices keeps fc as written (the trainer's parity test compares an F32
+ * head with the trainer's own arithmetic), and weights beyond F16's range
+ * (none in a trained head) keep F32. */
+static void fc_to_f16(sp_head *h) {
+    if (h->fc.type != SP_F32 || h->wq.type == SP_F32 || h->wq.type == SP_F16) return;
+    const size_t n = (size_t)h->fc.n_in * (size_t)h->fc.n_out;
+    const float *w = h->fc.data;
+    for (size_t i = 0; i < n; i++)
+        if (!(fabsf(w[i]) <= 65000.0f)) return;
+    h->fc_f16 = sp_xmalloc(n * sizeof *h->fc_f16);
+    for (size_t i = 0; i < n; i++) h->fc_f16[i] = sp_f32_to_f16(w[i]);
+    h->fc.data = h->fc_f16;
+    h->fc.type = SP_F16;
+}
+
 sp_head *sp_head_load(const char *path, const sp_model *target, sp_err *err) {
     sp_gguf *g = sp_gguf_open(path, err);
     if (!g) return NULL;
@@ -227,6 +248,7 @@ sp_head *sp_head_load(const char *path, const sp_model *target, sp_err *err) {
         return NULL;
     }
     if (h->min_prob > 1) h->min_prob = 1;
+    fc_to_f16(h);
     if (sp_kernels_have_packed()) pack_head(h, target);
     return h;
 }
@@ -236,6 +258,7 @@ void sp_head_free(sp_head *h) {
     const float *vecs[] = { h->attn_norm, h->attn_norm_2, h->ffn_norm, h->out_norm };
     for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++) free((void *)vecs[i]);
     free(h->d2t);
+    free(h->fc_f16);
     sp_free_aligned(h->packed);
     free(h->path);
     sp_gguf_close(h->gguf);

@@ -278,6 +278,7 @@ typedef struct sp_head {
     float min_prob;              /* specula.draft_min_prob: drafting stops below it (default 0.3) */
     char target_fingerprint[17]; /* specula.target_fingerprint; "" = not recorded */
     void *packed;                /* the packed copies of the head's own matrices (owned, or NULL) */
+    sp_f16 *fc_f16;              /* fc's weights in F16 when the file has them in F32 (owned, or NULL) */
 } sp_head;
 
 /* Loads a head for `target` (borrowed; must outlive the head) and checks

@@ -499,8 +499,55 @@ static void test_bad_heads(void **state) {
     free_head(&b);
 }
 
+/* fc runs in F16 beside quantized matrices and as written beside F32
+ * ones; in F16 it fuses the target's real taps as the written F32 weights
+ * do, to F16's rounding. */
+static void test_fc_f16(void **state) {
+    fixture *f = *state;
+    char path[256];
+    tmp_path(path, sizeof path, "fc");
+    head_buf b;
+    make_head(f->m, false, &b);
+    sp_err err;
+    const int d = f->m->hp.n_embd;
+    sp_tokens p = { 0 };
+    prompt_of(f, REPEAT, &p);
+    const uint32_t types[2] = { SP_F32, SP_Q8_0 };
+    for (int t = 0; t < 2; t++) {
+        assert_int_equal(write_head(f->m, &b, path, types[t], &err), 0);
+        sp_head *h = sp_head_load(path, f->m, &err);
+        if (!h) fail_msg("load: %s", err.msg);
+        assert_int_equal(h->fc.type, t == 0 ? SP_F32 : SP_F16);
+        sp_drafter *dr = sp_eagle_create(path, f->m, &(sp_eagle_opts){ .n_ctx = 256, .min_prob = -1 }, f->pool, &err);
+        assert_non_null(dr);
+        float *taps = prompt_taps(f, dr, &p);
+        sp_head_ws *hw = sp_head_ws_create(h, 8, 64, f->pool);
+        float *g = malloc((size_t)4 * d * sizeof(float));
+        sp_head_fuse(h, hw, taps + (size_t)(p.n - 4) * 3 * d, 4, g);
+        double m = 0, s = 0;
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < d; i++) {
+                const float *x = taps + (size_t)(p.n - 4 + r) * 3 * d, *w = b.fc + (size_t)i * 3 * d;
+                double want = 0;
+                for (int k = 0; k < 3 * d; k++) want += (double)w[k] * x[k];
+                m = fmax(m, fabs(want - g[(size_t)r * d + i]));
+                s = fmax(s, fabs(want));
+            }
+        if (m > (t == 0 ? 1e-5 : 2e-3) * s) fail_msg("fc (%s): off by %.3g of %.3g", t ? "f16" : "f32", m, s);
+        free(g);
+        free(taps);
+        sp_head_ws_free(hw);
+        sp_head_free(h);
+        sp_drafter_free(dr);
+    }
+    unlink(path);
+    sp_tokens_free(&p);
+    free_head(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fc_f16),
         cmocka_unit_test(test_identity_head), cmocka_unit_test(test_random_head),
         cmocka_unit_test(test_with_suffix),   cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_skip_while_plain),
