@@ -20,17 +20,10 @@ static const char *pick(const char *const *list, size_t n, sp_rng *rng) {
 static const char *const activities[] = {
     "cooking dinner on a budget", "learning a new language", "keeping a small garden", "running a first 5 km race",
     "working from home", "saving money each month", "studying for an exam", "painting a room",
-    "travelling with a small child", "playing the guitar", "keeping a houseplant alive",
+    "travelling with a small child", "starting to play the guitar", "keeping a houseplant alive",
     "writing a diary", "organising a birthday party", "cycling to work", "taking better photos with a phone",
     "packing for a beach holiday", "reading more books", "preparing for a job interview", "cleaning a kitchen",
-    "camping in the rain", "baking bread at home", "walking a new puppy", "moving to a new city", "sleeping better",
-    "learning to swim as an adult", "making friends at a new school", "drinking more water", "giving a presentation",
-    "repairing a leaking tap", "teaching a child to ride a bike", "meal planning for a week", "learning to draw",
-    "keeping a fish tank", "volunteering at a food bank", "hosting a board game night", "writing a first novel",
-    "decluttering a wardrobe", "learning to code", "buying a used car", "making a podcast", "knitting a scarf",
-    "building a bird house", "hiking in the mountains", "keeping chickens in the back yard", "composting kitchen waste",
-    "training for a marathon", "managing stress at work", "learning chess", "selling things online",
-    "growing tomatoes on a balcony",
+    "camping in the rain",
 };
 static const char *const concepts[] = {
     "how the internet works", "what a database is", "why the sky is blue", "how vaccines work",
@@ -38,65 +31,28 @@ static const char *const concepts[] = {
     "how bees make honey", "what a recipe in a cookbook is for", "how tides happen", "what a spreadsheet is",
     "how a bicycle gear works", "what photosynthesis is", "how a loan works", "what a password manager does",
     "why leaves change colour in autumn", "how rain forms", "what an algorithm is", "how a battery stores energy",
-    "what a museum curator does", "how a compass works", "what a black hole is", "how an airplane stays in the air",
-    "what DNA is", "how a microwave oven heats food", "what a volcano is", "how a credit score works",
-    "what machine learning is", "how a lock and key work", "why we have seasons", "how soap cleans",
-    "what an election is", "how the heart pumps blood", "what a budget is", "how a camera takes a picture",
-    "why the moon has phases", "what a library catalogue is", "how recycling works", "what gravity is",
-    "how a thermostat works", "what a web browser does", "how plants drink water", "what a mortgage is",
-    "how earthquakes happen", "what an encyclopedia is", "how wind turbines make electricity",
-    "what a calorie is", "how a car engine works", "what a time zone is", "how email gets delivered",
+    "what a museum curator does",
 };
 static const char *const pairs[][2] = {
     { "a virus", "a bacterium" }, { "a lake", "a sea" }, { "a list", "a tuple in Python" },
     { "baking soda", "baking powder" }, { "a town", "a city" }, { "speed", "velocity" },
     { "a debit card", "a credit card" }, { "a frog", "a toad" }, { "memory", "storage in a computer" },
     { "an alligator", "a crocodile" }, { "a novel", "a short story" }, { "tea", "coffee" },
-    { "weather", "climate" }, { "a rabbit", "a hare" }, { "a laptop", "a tablet" }, { "rent", "a mortgage" },
-    { "a violin", "a viola" }, { "an app", "a website" }, { "a cold", "the flu" }, { "a river", "a stream" },
-    { "butter", "margarine" }, { "a poem", "a song" }, { "a planet", "a star" }, { "jogging", "running" },
-    { "a hurricane", "a tornado" }, { "a bank", "a credit union" }, { "a mouse", "a rat" },
-    { "a noun", "a verb" }, { "a museum", "a gallery" }, { "a dolphin", "a porpoise" },
 };
 static const char *const writings[] = {
     "an email asking for a day off", "a birthday message for a friend", "a short apology for being late",
     "an invitation to a picnic", "a note welcoming a new neighbour", "a reminder about a team meeting",
     "a review of a small cafe", "a message congratulating a friend on a new job",
     "a short speech for a colleague who is retiring", "a poem about the sea", "a story for children about a lost cat",
-    "a product description for a wooden chair", "a thank-you note to a teacher", "a short story about a robot who "
-    "learns to cook", "a limerick about a sleepy dog", "a cover letter for a job at a bakery",
-    "a complaint about a late delivery", "a text message cancelling dinner plans", "a welcome speech for a school "
-    "fair", "a haiku about winter", "an advertisement for a lemonade stand", "a letter to a pen pal in another "
-    "country", "a short fairy tale about a brave mouse", "a social media post about a charity run",
-    "a description of a sunset at the beach", "a toast for a wedding", "a bedtime story about the stars",
-    "a note asking a neighbour to water the plants", "a short mystery story set on a train",
-    "instructions for feeding a pet while I am away",
+    "a product description for a wooden chair",
 };
 static const char *const namings[] = {
     "a cat", "a small bookshop", "a podcast about cooking", "a football team of children", "a vegetable garden club",
-    "a bicycle repair shop", "a board game", "a hiking group", "a pet goldfish", "a bakery", "a music band",
-    "a robot", "a school newsletter", "a coffee shop", "a travel blog", "a puppy",
+    "a bicycle repair shop", "a board game", "a hiking group",
 };
 static const char *const tasks[] = {
     "boil an egg", "plant a tree", "change a bicycle tire", "make a paper plane", "wash a wool sweater",
     "set up a new phone", "make pancakes", "write a shopping list", "tie a tie", "brew coffee with a French press",
-    "make a cup of tea", "fold a fitted sheet", "back up the photos on my phone", "wrap a present",
-    "make a simple salad", "clean a computer keyboard", "write a good password", "sew on a button",
-    "make a paper boat", "iron a shirt", "start a campfire safely", "make a smoothie", "repot a plant",
-    "create a monthly budget", "jump start a car", "make rice on the stove", "hang a picture frame",
-    "make a to-do list that works", "defrost a freezer", "learn the multiplication table",
-};
-static const char *const places[] = {
-    "Paris", "Tokyo", "a small fishing village", "Rome", "the mountains", "New York", "a national park", "Lisbon",
-    "the countryside", "Barcelona", "an island", "Amsterdam", "a desert", "Vienna", "a big city",
-};
-static const char *const animals[] = {
-    "octopuses", "elephants", "penguins", "honey bees", "owls", "dolphins", "cats", "horses", "ants", "whales",
-    "giraffes", "frogs", "eagles", "turtles", "wolves", "butterflies",
-};
-static const char *const subjects[] = {
-    "history", "cooking", "astronomy", "gardening", "music", "photography", "chemistry", "economics", "art",
-    "geography", "poetry", "psychology",
 };
 static const char *const names[] = { "Anna", "Tom", "Mia", "Omar", "Lucas", "Yuki", "Elena", "Ben", "Priya", "Karl" };
 static const char *const items[] = { "apples", "pens", "tickets", "books", "plants", "cups", "shirts", "boxes" };
@@ -104,7 +60,7 @@ static const char *const items[] = { "apples", "pens", "tickets", "books", "plan
 /* An everyday request. */
 static void everyday(char *buf, size_t cap, sp_rng *rng) {
     const int n = 2 + (int)(sp_rng_next(rng) % 4);
-    switch (sp_rng_next(rng) % 14) {
+    switch (sp_rng_next(rng) % 8) {
     case 0: snprintf(buf, cap, "Give me %d tips for %s.", n, pick(activities, N_OF(activities), rng)); break;
     case 1: snprintf(buf, cap, "Can you explain %s in simple words?", pick(concepts, N_OF(concepts), rng)); break;
     case 2: {
@@ -116,12 +72,6 @@ static void everyday(char *buf, size_t cap, sp_rng *rng) {
     case 4: snprintf(buf, cap, "Suggest %d names for %s.", n, pick(namings, N_OF(namings), rng)); break;
     case 5: snprintf(buf, cap, "How do I %s? List the steps.", pick(tasks, N_OF(tasks), rng)); break;
     case 6: snprintf(buf, cap, "What are the pros and cons of %s?", pick(activities, N_OF(activities), rng)); break;
-    case 7: snprintf(buf, cap, "Plan a %d-day trip to %s.", n, pick(places, N_OF(places), rng)); break;
-    case 8: snprintf(buf, cap, "Tell me %d interesting facts about %s.", n, pick(animals, N_OF(animals), rng)); break;
-    case 9: snprintf(buf, cap, "Recommend %d ways to learn about %s at home.", n, pick(subjects, N_OF(subjects), rng)); break;
-    case 10: snprintf(buf, cap, "What do I need for %s? Make a checklist.", pick(activities, N_OF(activities), rng)); break;
-    case 11: snprintf(buf, cap, "What are %d common mistakes people make when %s?", n, pick(activities, N_OF(activities), rng)); break;
-    case 12: snprintf(buf, cap, "Explain %s to a child of %d.", pick(concepts, N_OF(concepts), rng), 5 + n); break;
     default: snprintf(buf, cap, "I want to start %s. Where should I begin?", pick(activities, N_OF(activities), rng));
     }
 }
@@ -131,30 +81,8 @@ static void word_problem(char *buf, size_t cap, sp_rng *rng) {
     const char *who = pick(names, N_OF(names), rng), *what = pick(items, N_OF(items), rng);
     const int a = 2 + (int)(sp_rng_next(rng) % 19), b = 3 + (int)(sp_rng_next(rng) % 47);
     const int c = 10 + (int)(sp_rng_next(rng) % 90), p = 5 * (1 + (int)(sp_rng_next(rng) % 9));
-    switch (sp_rng_next(rng) % 14) {
+    switch (sp_rng_next(rng) % 7) {
     case 0: snprintf(buf, cap, "%s buys %d %s for %d dollars each. How much does %s pay in total?", who, a, what, b, who); break;
-    case 7:
-        snprintf(buf, cap, "A shirt costs %d dollars and is on sale for %d percent off. What is the sale price?", c,
-                 p);
-        break;
-    case 8:
-        snprintf(buf, cap, "%s scored %d, %d and %d on three tests. What is the average score?", who, c, b + 40,
-                 a + 70);
-        break;
-    case 9:
-        snprintf(buf, cap, "A movie starts at %d:%02d and lasts %d minutes. When does it end?", 1 + a % 11,
-                 5 * (b % 12), 60 + c);
-        break;
-    case 10: snprintf(buf, cap, "How many minutes are in %d hours and %d minutes?", a, b); break;
-    case 11:
-        snprintf(buf, cap, "%s is %d years old, and %s's brother is %d years older. How old will the brother be in "
-                 "%d years?", who, a + 5, who, a % 7 + 2, b % 10 + 1);
-        break;
-    case 12:
-        snprintf(buf, cap, "A recipe for %d people needs %d grams of flour. How much flour do %d people need?", a,
-                 c * 10, a * 2 + 2);
-        break;
-    case 13: snprintf(buf, cap, "What is %d divided by %d, and what is the remainder?", a * c + b % a, a); break;
     case 1: snprintf(buf, cap, "A train travels %d km in %d hours. What is its average speed? Explain.", a * c, a); break;
     case 2: snprintf(buf, cap, "What is %d percent of %d? Show the calculation.", p, c * 10); break;
     case 3: snprintf(buf, cap, "A garden is %d m long and %d m wide. What are its area and its perimeter?", b, a); break;
