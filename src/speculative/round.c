@@ -83,10 +83,6 @@ struct sp_seq {
     sp_finish finish;
     sp_spec_stats st;
     uint64_t t_start, t_prefill0;
-    /* wall time per emitted token, decayed (sp_draft.token_ns) */
-    double tok_ns, tok_n;
-    uint64_t t_tok;              /* the last plan's time, 0 = none yet */
-    int64_t emitted_tok;         /* and its emitted count */
     int deferred;                /* > 0: the plan waits for a group proposal of this draft length */
 };
 
@@ -221,8 +217,6 @@ int sp_seq_start(sp_seq *q, const int32_t *prompt, int n_prompt, int n_cached, i
     q->state = SEQ_PREFILL;
     q->finish = SP_FINISH_NONE;
     memset(&q->st, 0, sizeof q->st);
-    q->tok_ns = q->tok_n = 0;
-    q->t_tok = 0;
     q->st.n_prompt = n_prompt - n_cached;
     q->st.n_cached = n_cached;
     q->st.requests = 1;
@@ -606,20 +600,6 @@ static int plan_after_proposal(sp_seq *q, int budget, sp_fwd_seq *fwd, sp_err *e
     return 0;
 }
 
-/* The request's wall time per emitted token over its recent rounds (plan
- * to plan, everything included: its passes, drafting, other sequences'
- * rows in a shared pass), handed to the draft: a combination asks a costly
- * member only where the tokens it adds are worth that member's time. */
-static void measure_token_time(sp_seq *q) {
-    if (q->t_tok && q->st.emitted > q->emitted_tok) {
-        q->tok_ns = q->tok_ns * 0.9 + (double)(q->t_plan - q->t_tok);
-        q->tok_n = q->tok_n * 0.9 + (double)(q->st.emitted - q->emitted_tok);
-    }
-    q->t_tok = q->t_plan;
-    q->emitted_tok = q->st.emitted;
-    if (q->draft) q->draft->token_ns = q->tok_n > 0 ? (uint64_t)(q->tok_ns / q->tok_n) : 0;
-}
-
 static int plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, bool may_defer, sp_fwd_seq *fwd,
                 sp_err *err) {
     memset(fwd, 0, sizeof *fwd);
@@ -640,7 +620,6 @@ static int plan(sp_seq *q, int max_rows, int pass_rows, double pass_tokens, bool
         return 0;
     }
     if (q->kv->n >= q->kv->n_ctx) { set_done(q, SP_FINISH_CONTEXT); return 0; }
-    measure_token_time(q);
     q->n_chain = q->n_known = q->nd1 = q->d1_at = q->n_proposed = q->n_told = 0;
     q->fed = q->ahead = q->tree_filtered = false;
     q->d_by = NULL;

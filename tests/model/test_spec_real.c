@@ -205,10 +205,11 @@ static void ck_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t 
 static void ck_close(sp_draft *s) { free(s); }
 static void ck_free(sp_drafter *d) { free(d); }
 
-/* The round hands the draft the request's time per emitted token: none at
- * the first proposal, then the decayed plan-to-plan wall time per token,
- * which on a plain run is the run's own time per token (within what a
- * shared host's jitter moves it). */
+/* The engine hands the draft its time per emitted token: none at the
+ * first proposal (the prompt's pass is not counted), then the decayed wall
+ * time of its decoding steps per token, which for one sequence decoding
+ * plainly is the run's own time per token (within what a shared host's
+ * jitter moves it). */
 static void test_token_time(void **state) {
     fixture *f = *state;
     static const sp_drafter_ops ops = { .open = ck_open, .prefill = ck_prefill, .propose = ck_propose,
