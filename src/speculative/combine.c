@@ -41,10 +41,7 @@
  * proposal it displaced) and the time they took, and is asked only while
  * added tokens x the request's time per token (sp_draft.token_ns) cover
  * that time; a member that does not pay is still asked in one round of
- * CB_EXPLORE so its record follows the text.  A request's record starts
- * from the mean ask of the drafter's recent requests (a fresh optimism
- * took a dozen asks a request to wear off: 2 % of Gemma's time on text
- * continuation, where the head rarely pays).  The speculation gate's
+ * CB_EXPLORE so its record follows the text.  The speculation gate's
  * cheap mode decides the same question from whole steps' rates, which
  * cannot tell a 4 % difference from noise.
  */
@@ -60,9 +57,10 @@
 #define CB_ENOUGH 1.0            /* a calibrated estimate that ends the asking */
 #define CB_SURE 0.9              /* or one of this much per proposed token (a short, sure proposal) */
 #define CB_PAY_DECAY 0.95        /* a costly member's record: memory of ~20 asks */
-#define CB_PAY_PRIOR 4.0         /* asks of record it starts a request with: the recent requests'
-                                    mean ask, or one adding a token for no time */
-#define CB_HIST_DECAY 0.7        /* the drafter's memory of requests: ~3 */
+#define CB_PAY_PRIOR 1.0         /* a request's record starts with an ask that added a token for
+                                    no time (4 such asks took a dozen real ones to outweigh: 2 %
+                                    of Gemma's time on text continuation, where its head rarely
+                                    pays) */
 #define CB_EXPLORE 8             /* a member that does not pay is still asked in 1 round of this many */
 
 /* The kinds of round a costly member may be asked in. */
@@ -70,26 +68,15 @@ enum { CB_ALONE, CB_BESIDE, CB_KINDS };   /* nothing proposed before it / a weak
 
 typedef struct cb_pay {
     double asks, gain, ns;       /* decayed: asks, tokens they added, nanoseconds they took */
-    double n, sum_gain, sum_ns;  /* the same, this request's own asks only and undecayed */
     int skipped;                 /* rounds it was not asked since it last was */
 } cb_pay;
-
-/* Asks of a costly member over the drafter's recent requests (decayed by
- * request): a new request starts from their mean ask, so text on which
- * the member did not pay is not asked about as often as a fresh start's
- * optimism would, and text on which it paid asks it at once. */
-typedef struct cb_hist {
-    double asks, gain, ns;
-} cb_hist;
 
 typedef struct cb_drafter {
     sp_drafter *sub[CB_MAX];     /* owned */
     int n;
-    cb_hist hist[CB_MAX][CB_KINDS];
 } cb_drafter;
 
 typedef struct cb_draft {
-    cb_drafter *c;               /* borrowed */
     sp_draft *sub[CB_MAX];
     int n;
     int32_t *backlog[CB_MAX];    /* tokens sub i has not seen */
@@ -112,39 +99,22 @@ static void back_push(cb_draft *g, int i, const int32_t *t, int n) {
     g->n_back[i] += n;
 }
 
-/* The end of a request: its asks join the drafter's history. */
-static void records_end(cb_draft *g) {
-    for (int i = 0; i < g->n; i++)
-        for (int k = 0; k < CB_KINDS; k++) {
-            cb_pay *p = &g->pay[i][k];
-            if (p->n == 0) continue;
-            cb_hist *h = &g->c->hist[i][k];
-            h->asks = h->asks * CB_HIST_DECAY + p->n;
-            h->gain = h->gain * CB_HIST_DECAY + p->sum_gain;
-            h->ns = h->ns * CB_HIST_DECAY + p->sum_ns;
-            p->n = p->sum_gain = p->sum_ns = 0;
-        }
-}
-
-/* A new request: the members' records start afresh, a costly member's
- * from its history. */
+/* A new request: the members' records start afresh.  (A costly member's
+ * record once started from the drafter's recent requests instead: after
+ * copying tasks, a chat request then asked eagle too seldom for its first
+ * dozen rounds, and suffix,eagle fell from eagle's 1.27-1.30x to
+ * 1.17-1.19x on the prompt set's chat.) */
 static void records_reset(cb_draft *g) {
-    records_end(g);
     for (int i = 0; i < g->n; i++) {
         g->expected[i] = g->accepted[i] = 0;
-        for (int k = 0; k < CB_KINDS; k++) {
-            const cb_hist *h = &g->c->hist[i][k];
-            const bool known = h->asks >= 1;
-            g->pay[i][k] = (cb_pay){ .asks = CB_PAY_PRIOR, .gain = CB_PAY_PRIOR * (known ? h->gain / h->asks : 1),
-                                     .ns = known ? CB_PAY_PRIOR * h->ns / h->asks : 0 };
-        }
+        for (int k = 0; k < CB_KINDS; k++)
+            g->pay[i][k] = (cb_pay){ .asks = CB_PAY_PRIOR, .gain = CB_PAY_PRIOR, .ns = 0, .skipped = 0 };
     }
 }
 
 static sp_draft *cb_open(sp_drafter *d, const sp_target *t, sp_err *err) {
     cb_drafter *c = d->impl;
     cb_draft *g = sp_xcalloc(1, sizeof *g);
-    g->c = c;
     g->winner = -1;
     for (int i = 0; i < c->n; i++) {
         if (!(g->sub[i] = sp_draft_open(c->sub[i], t, err))) {
@@ -241,8 +211,6 @@ static int cb_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
             r->asks = r->asks * CB_PAY_DECAY + 1;
             r->gain *= CB_PAY_DECAY;
             r->ns = r->ns * CB_PAY_DECAY + dt;
-            r->n += 1;
-            r->sum_ns += dt;
         }
         g->n_back[i] = 0;
         absorb += p.absorb_ns;
@@ -329,7 +297,6 @@ static void cb_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t 
     if (!g->sub[g->winner]->drafter->cheap) {              /* what its ask added */
         cb_pay *r = &g->pay[g->winner][g->win_kind];
         r->gain += n_accepted - g->win_base;
-        r->sum_gain += n_accepted - g->win_base;
     }
     g->sub[g->winner]->drafter->ops->commit(g->sub[g->winner], n_drafted, n_accepted, path,
                                             wants_taps(g->sub[g->winner]) ? v : NULL);
@@ -408,7 +375,6 @@ static int cb_resume(sp_draft *s, const int32_t *prompt, int n, int n_done, cons
 
 static void cb_close(sp_draft *s) {
     cb_draft *g = s->impl;
-    records_end(g);
     for (int i = 0; i < g->n; i++) {
         sp_draft_close(g->sub[i]);
         free(g->backlog[i]);
