@@ -60,7 +60,6 @@ struct sp_ctx {
     int gate_seqs;                   /* its decoding sequences */
     sp_gate_mode gate_mode;          /* its mode */
     bool pass_prefill;               /* the pass holds prompt rows (not measured) */
-    double tok_ns, tok_n;            /* decayed wall time and tokens of the decoding steps */
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
@@ -495,18 +494,6 @@ static void gate_step(sp_ctx *c) {
         if (running(c, i) && !sp_seq_prefilling(c->slots[i].seq)) sp_seq_gate(c->slots[i].seq, c->gate_mode);
 }
 
-/* The engine's recent wall time per emitted token (all sequences
- * together), handed to every draft before it proposes (sp_draft.token_ns):
- * a combination asks a costly member only where the tokens it adds are
- * worth its time.  An ask delays the whole pass, so the price of a token
- * is the engine's, not one sequence's (which under load is several times
- * longer and would make every ask look cheap). */
-static void hand_token_time(sp_ctx *c) {
-    const uint64_t v = c->tok_n > 0 ? (uint64_t)(c->tok_ns / c->tok_n) : 0;
-    for (int i = 0; i < c->p.n_slots; i++)
-        if (running(c, i) && c->slots[i].draft) c->slots[i].draft->token_ns = v;
-}
-
 /* Plans the pass: decoding windows first, each sequence's draft length
  * chosen for the pass as planned so far (more rows make extra draft rows
  * dearer), then prompt chunks within the rest of the row budget.  Where
@@ -517,7 +504,6 @@ static int plan_pass(sp_ctx *c, int *rows_out) {
     int n = 0, rows = 0, nd = 0;
     double tokens = 0.0;
     gate_step(c);
-    hand_token_time(c);
     for (int i = 0; i < c->p.n_slots; i++) {
         if (!running(c, i) || sp_seq_prefilling(c->slots[i].seq)) continue;
         const sp_drafter *d = group_drafter(c, i);
@@ -564,12 +550,8 @@ int sp_ctx_step(sp_ctx *c) {
         }
         /* the whole step, planning and drafting included, as the gate
          * compares them; a pass with prompt rows says nothing of either */
-        const uint64_t dt = sp_now_ns() - t_step;
-        if (c->gate && !c->pass_prefill && !rc) sp_spec_gate_observe(c->gate, c->gate_seqs, c->gate_mode, tokens, sp_ns_to_s(dt));
-        if (!c->pass_prefill && !rc && tokens > 0) {
-            c->tok_ns = c->tok_ns * 0.9 + (double)dt;
-            c->tok_n = c->tok_n * 0.9 + tokens;
-        }
+        if (c->gate && !c->pass_prefill && !rc)
+            sp_spec_gate_observe(c->gate, c->gate_seqs, c->gate_mode, tokens, sp_ns_to_s(sp_now_ns() - t_step));
     }
     int left = 0;
     for (int i = 0; i < c->p.n_slots; i++) left += running(c, i);

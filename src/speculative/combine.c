@@ -29,21 +29,6 @@
  * that reads the target's hidden states is the exception: it is handed
  * every verified row anyway, so it is fed every round (max_n = 0 when not
  * asked) and keeps its queue of rows bounded (absorb_idle).
- *
- * Whether a costly member is worth asking at all.  Asking eagle takes
- * ~0.3 ms (its catch-up pass and draft rows), an eighth of a target
- * forward; on text that copies its input it added 0.08 tokens per ask
- * over suffix's proposals, where each token costs ~1 ms: suffix,eagle ran
- * 3-5 % behind suffix alone while verifying more tokens per forward.  So
- * each costly member keeps a record, per kind of round (nothing proposed
- * before it, or a weak proposal), of the tokens its asks added (its
- * accepted drafts where it won, less the calibrated estimate of the
- * proposal it displaced) and the time they took, and is asked only while
- * added tokens x the request's time per token (sp_draft.token_ns) cover
- * that time; a member that does not pay is still asked in one round of
- * CB_EXPLORE so its record follows the text.  The speculation gate's
- * cheap mode decides the same question from whole steps' rates, which
- * cannot tell a 4 % difference from noise.
  */
 #include "speculative/speculative.h"
 
@@ -56,20 +41,6 @@
 #define CB_PRIOR 8.0             /* tokens of record a member starts with, at its estimates' word */
 #define CB_ENOUGH 1.0            /* a calibrated estimate that ends the asking */
 #define CB_SURE 0.9              /* or one of this much per proposed token (a short, sure proposal) */
-#define CB_PAY_DECAY 0.95        /* a costly member's record: memory of ~20 asks */
-#define CB_PAY_PRIOR 1.0         /* a request's record starts with an ask that added a token for
-                                    no time (4 such asks took a dozen real ones to outweigh: 2 %
-                                    of Gemma's time on text continuation, where its head rarely
-                                    pays) */
-#define CB_EXPLORE 8             /* a member that does not pay is still asked in 1 round of this many */
-
-/* The kinds of round a costly member may be asked in. */
-enum { CB_ALONE, CB_BESIDE, CB_KINDS };   /* nothing proposed before it / a weak proposal */
-
-typedef struct cb_pay {
-    double asks, gain, ns;       /* decayed: asks, tokens they added, nanoseconds they took */
-    int skipped;                 /* rounds it was not asked since it last was */
-} cb_pay;
 
 typedef struct cb_drafter {
     sp_drafter *sub[CB_MAX];     /* owned */
@@ -85,9 +56,6 @@ typedef struct cb_draft {
     double expected[CB_MAX];     /* sum of expect over member i's verified proposals */
     double accepted[CB_MAX];     /* and of their accepted tokens (this request) */
     sp_proposal prop;
-    cb_pay pay[CB_MAX][CB_KINDS]; /* the costly members' records (this request) */
-    int win_kind;                /* the winner's kind of round, and the estimate it displaced */
-    double win_base;
     bool ahead;                  /* the last call was propose_ahead: the commit counts over chain */
     int32_t chain[SP_MAX_DRAFT]; /* ahead + the winner's proposal */
     int n_chain;
@@ -97,19 +65,6 @@ static void back_push(cb_draft *g, int i, const int32_t *t, int n) {
     SP_VEC_GROW(g->backlog[i], g->cap_back[i], g->n_back[i] + n);
     memcpy(g->backlog[i] + g->n_back[i], t, (size_t)n * sizeof(int32_t));
     g->n_back[i] += n;
-}
-
-/* A new request: the members' records start afresh.  (A costly member's
- * record once started from the drafter's recent requests instead: after
- * copying tasks, a chat request then asked eagle too seldom for its first
- * dozen rounds, and suffix,eagle fell from eagle's 1.27-1.30x to
- * 1.17-1.19x on the prompt set's chat.) */
-static void records_reset(cb_draft *g) {
-    for (int i = 0; i < g->n; i++) {
-        g->expected[i] = g->accepted[i] = 0;
-        for (int k = 0; k < CB_KINDS; k++)
-            g->pay[i][k] = (cb_pay){ .asks = CB_PAY_PRIOR, .gain = CB_PAY_PRIOR, .ns = 0, .skipped = 0 };
-    }
 }
 
 static sp_draft *cb_open(sp_drafter *d, const sp_target *t, sp_err *err) {
@@ -124,11 +79,15 @@ static sp_draft *cb_open(sp_drafter *d, const sp_target *t, sp_err *err) {
         }
         g->n++;
     }
-    records_reset(g);
     sp_draft *s = sp_xcalloc(1, sizeof *s);
     s->drafter = d;
     s->impl = g;
     return s;
+}
+
+/* A new request: the members' records start afresh. */
+static void records_reset(cb_draft *g) {
+    for (int i = 0; i < g->n; i++) g->expected[i] = g->accepted[i] = 0;
 }
 
 static int cb_prefill(sp_draft *s, const int32_t *prompt, int n, const sp_taps *taps, sp_err *err) {
@@ -171,20 +130,6 @@ static double calibrated(const cb_draft *g, int i, const sp_proposal *p) {
     return p->expect * (g->accepted[i] + CB_PRIOR) / (g->expected[i] + CB_PRIOR);
 }
 
-/* Whether costly member i is asked in a round of this kind: while the
- * tokens its asks added pay for their time at the request's time per
- * token, and in one round of CB_EXPLORE otherwise.  Cheap members always
- * are, as is every member before the round's time is measured. */
-static bool worth_asking(cb_draft *g, const sp_draft *s, int i, int kind) {
-    if (g->sub[i]->drafter->cheap || s->token_ns == 0) return true;
-    cb_pay *p = &g->pay[i][kind];
-    if (p->gain * (double)s->token_ns >= p->ns || ++p->skipped >= CB_EXPLORE) {
-        p->skipped = 0;
-        return true;
-    }
-    return false;
-}
-
 static int cb_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out,
                       sp_err *err) {
     cb_draft *g = s->impl;
@@ -197,28 +142,13 @@ static int cb_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
     int i = 0;
     for (; max_n > 0 && i < asked(s); i++) {
         sp_draft *sub = g->sub[i];
-        const int kind = g->winner < 0 ? CB_ALONE : CB_BESIDE;
-        if (!worth_asking(g, s, i, kind)) {
-            if (wants_taps(sub) && absorb_idle(g, i, err)) return -1;
-            continue;
-        }
         sp_proposal p;
-        const uint64_t t0 = sp_now_ns();
         if (sp_draft_propose(sub, g->backlog[i], g->n_back[i], max_n, &p, err)) return -1;
-        if (!sub->drafter->cheap) {
-            cb_pay *r = &g->pay[i][kind];
-            const double dt = (double)(sp_now_ns() - t0);
-            r->asks = r->asks * CB_PAY_DECAY + 1;
-            r->gain *= CB_PAY_DECAY;
-            r->ns = r->ns * CB_PAY_DECAY + dt;
-        }
         g->n_back[i] = 0;
         absorb += p.absorb_ns;
         const double v = p.n > 0 ? calibrated(g, i, &p) : 0;
         if (p.n > 0 && (g->winner < 0 || v > best)) {
             if (g->winner >= 0) g->sub[g->winner]->drafter->ops->commit(g->sub[g->winner], 0, 0, NULL, NULL);
-            g->win_kind = kind;
-            g->win_base = g->winner < 0 ? 0 : best;
             g->winner = i;
             g->prop = p;
             best = v;
@@ -293,10 +223,6 @@ static void cb_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t 
                                                              short, by a grammar, is left out) */
         g->expected[g->winner] += g->prop.expect;
         g->accepted[g->winner] += n_accepted;
-    }
-    if (!g->sub[g->winner]->drafter->cheap) {              /* what its ask added */
-        cb_pay *r = &g->pay[g->winner][g->win_kind];
-        r->gain += n_accepted - g->win_base;
     }
     g->sub[g->winner]->drafter->ops->commit(g->sub[g->winner], n_drafted, n_accepted, path,
                                             wants_taps(g->sub[g->winner]) ? v : NULL);

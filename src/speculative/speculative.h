@@ -181,10 +181,6 @@ struct sp_draft {
     void *impl;
     int members;                     /* a combination: the leading members that may propose
                                         (0 = all; set by the gate) */
-    uint64_t token_ns;               /* the engine's recent wall time per emitted token, all
-                                        sequences together (set by the engine before each pass's
-                                        proposals; 0 = not measured yet): what a combination weighs
-                                        a costly member's time against */
 };
 
 /* Generic entry points (check capabilities, namespaces, proposals). */

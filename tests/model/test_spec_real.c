@@ -175,66 +175,6 @@ static void test_model_drafters(void **state) {
     check_drafter(f, "self", &o, true);
 }
 
-/* A cheap drafter that proposes nothing and records the request's time
- * per token (sp_draft.token_ns) it is handed at each proposal. */
-typedef struct clock_draft {
-    uint64_t seen[256];
-    int n;
-} clock_draft;
-
-static sp_draft *ck_open(sp_drafter *d, const sp_target *t, sp_err *err) {
-    (void)t; (void)err;
-    sp_draft *s = calloc(1, sizeof *s);
-    s->drafter = d;
-    return s;
-}
-static int ck_prefill(sp_draft *s, const int32_t *prompt, int n, const sp_taps *taps, sp_err *err) {
-    (void)s; (void)prompt; (void)n; (void)taps; (void)err;
-    return 0;
-}
-static int ck_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, sp_proposal *out, sp_err *err) {
-    (void)feed; (void)n_feed; (void)max_n; (void)err;
-    clock_draft *c = s->drafter->impl;
-    if (c->n < 256) c->seen[c->n++] = s->token_ns;
-    *out = (sp_proposal){ 0 };
-    return 0;
-}
-static void ck_commit(sp_draft *s, int n_drafted, int n_accepted, const int32_t *path, const sp_taps *v) {
-    (void)s; (void)n_drafted; (void)n_accepted; (void)path; (void)v;
-}
-static void ck_close(sp_draft *s) { free(s); }
-static void ck_free(sp_drafter *d) { free(d); }
-
-/* The engine hands the draft its time per emitted token: none at the
- * first proposal (the prompt's pass is not counted), then the decayed wall
- * time of its decoding steps per token, which for one sequence decoding
- * plainly is the run's own time per token (within what a shared host's
- * jitter moves it). */
-static void test_token_time(void **state) {
-    fixture *f = *state;
-    static const sp_drafter_ops ops = { .open = ck_open, .prefill = ck_prefill, .propose = ck_propose,
-                                        .commit = ck_commit, .close = ck_close, .free = ck_free };
-    clock_draft c = { .n = 0 };
-    sp_drafter *d = sp_drafter_alloc();
-    d->ops = &ops;
-    d->impl = &c;
-    d->cheap = true;
-    snprintf(d->name, sizeof d->name, "clock");
-    sp_tokens p = { 0 };
-    fx_prompt(f, fx_prompts[2], &p);
-    run_out o = { .n = 0 };
-    const sp_spec_stats st = fx_gen(f, d, &p, 0.0f, SP_DRAFT_ADAPTIVE, 48, 1024, &o, NULL, NULL);
-    if (c.n < 20) fail_msg("%d proposals for %lld tokens", c.n, (long long)st.emitted);
-    assert_int_equal(c.seen[0], 0);
-    const double per_token = (double)st.total_ns / (double)st.emitted;
-    for (int i = 1; i < c.n; i++) assert_true(c.seen[i] > 0);
-    const double last = (double)c.seen[c.n - 1];
-    if (last < 0.2 * per_token || last > 5 * per_token)
-        fail_msg("token_ns %.0f against the run's %.0f ns a token", last, per_token);
-    sp_tokens_free(&p);
-    sp_drafter_free(d);
-}
-
 /* The one file of a directory (its path into buf); fails the test unless
  * there is exactly one. */
 static void only_file(const char *dir, char *buf, size_t cap) {
@@ -363,7 +303,6 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_model_drafters, fx_setup_smol, fx_teardown),
         cmocka_unit_test_setup_teardown(test_model_drafters, fx_setup_gemma, fx_teardown),
         cmocka_unit_test_setup_teardown(test_cost_cache, fx_setup_smol, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_token_time, fx_setup_smol, fx_teardown),
         cmocka_unit_test_setup_teardown(test_keep_cached, fx_setup_smol, fx_teardown),
         cmocka_unit_test_setup_teardown(test_keep_cached, fx_setup_gemma, fx_teardown),
     };

@@ -6,7 +6,6 @@
 #include "speculative/speculative.h"
 
 #include <math.h>
-#include <time.h>
 
 /* ---------------------------------------------------------------------------
  * ngram
@@ -260,7 +259,6 @@ typedef struct fk_drafter {
     int n;
     double expect;
     int accept;                  /* how many of its proposal the target accepts */
-    int sleep_us;                /* each ask takes at least this long */
     int asked;
     int32_t hist[512];
     int n_hist;
@@ -292,7 +290,6 @@ static int fk_propose(sp_draft *s, const int32_t *feed, int n_feed, int max_n, s
     *out = (sp_proposal){ 0 };
     if (max_n <= 0) return 0;
     f->asked++;
-    if (f->sleep_us) nanosleep(&(struct timespec){ .tv_nsec = 1000L * f->sleep_us }, NULL);
     const int n = f->n < max_n ? f->n : max_n;
     for (int i = 0; i < n; i++) f->prop[i] = f->base + i;
     *out = (sp_proposal){ .n = n, .tokens = f->prop, .expect = n ? f->expect : 0 };
@@ -527,53 +524,6 @@ static void test_combine_gate_members(void **st) {
     x.s->members = 0;
     assert_string_equal(cb_round(&x), "b");
     cb_check_streams(&x);
-    cb_teardown(&x);
-}
-
-/* A costly member is asked while the tokens it adds pay for its time at the
- * request's time per token: b (0.2 ms an ask) beside a's weak proposals,
- * at 1 ms a token.  Never accepted, it adds nothing: after its prior wears
- * off it is asked in one round of CB_EXPLORE (8) only, and a is sent out
- * in the others.  Right twice a round it adds ~1.7 tokens (1.7 ms) an ask
- * and is asked every round; so it is before the request's time per token
- * is measured (0), and in the rounds where a proposes nothing, whose
- * record is its own; and a new request's record starts afresh. */
-static void test_combine_costly_pays(void **st) {
-    (void)st;
-    enum { R = 120 };
-    cb_fixture x;
-    cb_setup(&x, 0.4, 0.9);
-    x.b->sleep_us = 200;
-    cb_request(&x);
-    x.s->token_ns = 1000000;
-    x.a->accept = 1;
-    x.b->accept = 0;
-    int a_out = 0;
-    for (int r = 0; r < R; r++) a_out += !strcmp(cb_round(&x), "a");
-    assert_true(x.b->asked >= R / 8 - 1);            /* still explored ... */
-    assert_true(x.b->asked <= R / 8 + 16);           /* ... but not asked once its record is in */
-    assert_true(a_out >= R - x.b->asked);            /* unasked, a's proposal goes */
-    x.a->n = 0;                                      /* nothing before it: a record of its own */
-    x.b->accept = 2;
-    x.b->asked = 0;
-    for (int r = 0; r < 10; r++) assert_string_equal(cb_round(&x), "b");
-    assert_int_equal(x.b->asked, 10);
-    x.a->n = 3;
-    cb_check_streams(&x);
-
-    cb_request(&x);                                  /* a fresh record; b now pays beside a */
-    x.s->token_ns = 1000000;
-    x.b->asked = 0;
-    for (int r = 0; r < R; r++) assert_string_equal(cb_round(&x), "b");
-    assert_int_equal(x.b->asked, R);
-    cb_check_streams(&x);
-
-    cb_request(&x);                                  /* not measured yet: asked, whatever it adds */
-    x.s->token_ns = 0;
-    x.b->accept = 0;
-    x.b->asked = 0;
-    for (int r = 0; r < 30; r++) cb_round(&x);
-    assert_int_equal(x.b->asked, 30);
     cb_teardown(&x);
 }
 
@@ -846,7 +796,6 @@ int main(void) {
         cmocka_unit_test(test_combine_first_wins), cmocka_unit_test(test_combine_estimates),
         cmocka_unit_test(test_combine_record), cmocka_unit_test(test_combine_gate_members),
         cmocka_unit_test(test_combine_feeds_tap_readers), cmocka_unit_test(test_combine_sure),
-        cmocka_unit_test(test_combine_costly_pays),
         cmocka_unit_test(test_specsample_distribution), cmocka_unit_test(test_specsample_degenerate),
         cmocka_unit_test(test_adapt), cmocka_unit_test(test_adapt_in_pass),
         cmocka_unit_test(test_stats), cmocka_unit_test(test_spec_gate),
