@@ -582,7 +582,9 @@ sp_drafter *sp_eagle_create(const char *path, const sp_model *target, const sp_e
     snprintf(d->name, sizeof d->name, "eagle");
     char fp[17];
     sp_model_fingerprint_gguf(h->gguf, fp);
-    snprintf(d->ns, sizeof d->ns, "eagle-v1:%s:%s:%.3f:%d%s", fp, target->fingerprint, (double)e->min_prob,
+    /* v2: fc runs in F16 beside quantized matrices, so a v1 state's cache
+     * rows differ from what this build computes in their last bits */
+    snprintf(d->ns, sizeof d->ns, "eagle-v2:%s:%s:%.3f:%d%s", fp, target->fingerprint, (double)e->min_prob,
              e->tree_width, e->sample ? ":sample" : "");
     d->needs = SP_CAP_HIDDEN_TAPS | (e->sample ? SP_CAP_SAMPLING : 0);
     d->n_taps = SP_HEAD_TAPS;
