@@ -36,9 +36,20 @@ rm -rf "$out"; mkdir -p "$out"
 maxc=0; for c in $clients; do [ "$c" -gt "$maxc" ] && maxc=$c; done
 
 # the server offers none, ngram, suffix and its --spec method: a method
-# beyond those (eagle, self, ...) becomes that --spec
-spec=ngram
-for m in $methods; do case "$m" in none|ngram|suffix) ;; *) spec=$m ;; esac; done
+# beyond those (eagle, self, ...) becomes that --spec.  Only one can: a
+# second would be refused on every request (a table of errors), so it is
+# refused here instead.
+spec=ngram; spec_set=""
+for m in $methods; do
+    case "$m" in
+        none|ngram|suffix) ;;
+        *) if [ -n "$spec_set" ] && [ "$m" != "$spec" ]; then
+               echo "loadtest: one server offers one method beyond none, ngram and suffix: run '$spec' and '$m' separately" >&2
+               exit 2
+           fi
+           spec=$m; spec_set=1 ;;
+    esac
+done
 # one server for every run: as many slots as the most clients, so no one queues
 # shellcheck disable=SC2086  # $extra: options, split on purpose
 "$bin" serve -m "$model" --port 0 --parallel "$maxc" --spec "$spec" $extra > "$out/server.log" 2>&1 &
