@@ -24,17 +24,6 @@ while getopts "m:d:n:c:s:p:b:x:" o; do
         *) echo "usage: $0 [-m MODEL] [-d SECONDS] [-n MAX_TOKENS] [-c CLIENTS] [-s METHODS] [-p PROMPTS] [-b BINARY] [-x SERVER_OPTIONS]" >&2; exit 2 ;;
     esac
 done
-[ -x "$bin" ] || { echo "loadtest: $bin missing; run make BUILD=release" >&2; exit 1; }
-[ -f "$prompts" ] || { echo "loadtest: prompts file $prompts not found (-p FILE)" >&2; exit 1; }
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -c "import locust" 2>/dev/null || {
-    echo "loadtest: installing locust into .venv" >&2
-    .venv/bin/pip install -q --disable-pip-version-check "locust>=2.20"
-}
-out=build/loadtest/$model
-rm -rf "$out"; mkdir -p "$out"
-maxc=0; for c in $clients; do [ "$c" -gt "$maxc" ] && maxc=$c; done
-
 # the server offers none, ngram, suffix and its --spec method: a method
 # beyond those (eagle, self, ...) becomes that --spec.  Only one can: a
 # second would be refused on every request (a table of errors), so it is
@@ -50,6 +39,17 @@ for m in $methods; do
            spec=$m; spec_set=1 ;;
     esac
 done
+[ -x "$bin" ] || { echo "loadtest: $bin missing; run make BUILD=release" >&2; exit 1; }
+[ -f "$prompts" ] || { echo "loadtest: prompts file $prompts not found (-p FILE)" >&2; exit 1; }
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -c "import locust" 2>/dev/null || {
+    echo "loadtest: installing locust into .venv" >&2
+    .venv/bin/pip install -q --disable-pip-version-check "locust>=2.20"
+}
+out=build/loadtest/$model
+rm -rf "$out"; mkdir -p "$out"
+maxc=0; for c in $clients; do [ "$c" -gt "$maxc" ] && maxc=$c; done
+
 # one server for every run: as many slots as the most clients, so no one queues
 # shellcheck disable=SC2086  # $extra: options, split on purpose
 "$bin" serve -m "$model" --port 0 --parallel "$maxc" --spec "$spec" $extra > "$out/server.log" 2>&1 &
