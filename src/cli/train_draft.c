@@ -34,9 +34,11 @@ static const char train_help[] =
     "      --answer-share F    share of the data's tokens that are the model's answers\n"
     "                          (default 0.5); their prompts count with the text windows,\n"
     "                          so with long prompts a high share records answers only\n"
-    "      --doc-share F       chat data: share of the requests about a snippet of the text\n"
-    "                          (summaries, answers from it, edits; default 0.2); the rest\n"
-    "                          are generated everyday requests and arithmetic word problems\n"
+    "      --doc-share F       share of the answers' prompts made from a snippet of the text;\n"
+    "                          chat: requests about it (summaries, answers from it, edits;\n"
+    "                          default 0.2), the rest generated everyday requests and\n"
+    "                          arithmetic word problems; text: the snippet to continue\n"
+    "                          (default 0.3), the rest generated starts of prose and code\n"
     "      --draft-vocab N     tokens the head can draft (default 8192)\n"
     "      --head-type T       the head's matrices: q4_1 (default), q5_0, q8_0, f16 or f32\n"
     "      --norm-residual     the head's residual starts from the normed fused state\n"
@@ -83,7 +85,7 @@ static int parse(int argc, char **argv, train_args *t) {
     t->ho.eval_every = 50;
     t->tokens = 200000;
     t->answer_share = 0.5f;
-    t->doc_share = 0.2f;             /* the shipped SmolLM2 head's mix (BENCHMARKS.md, sixth round) */
+    t->doc_share = -1;               /* by the kind of answers: see doc_share_for */
     int tokens = 200000;
     const sp_flag flags[] = {
         { "-o|--output", SP_FLAG_STR, &t->out, 0, 0 },
@@ -130,6 +132,14 @@ static int parse(int argc, char **argv, train_args *t) {
         return sp_usage_error("train-draft", "--head-type takes q8_0, q5_0, q4_1, f16 or f32, not '%s'", t->head_type);
     t->tokens = tokens;
     return 0;
+}
+
+/* --doc-share, or its default for the kind of answers: for chat the
+ * shipped SmolLM2 head's mix (BENCHMARKS.md, sixth round); for text the
+ * Debian corpus is mostly Python and license texts, so most continuations
+ * start from generated prose and code (twelfth round). */
+static double doc_share_for(const train_args *t, bool chat) {
+    return t->doc_share >= 0 ? t->doc_share : chat ? 0.2 : 0.3;
 }
 
 /* The default corpus: text every Debian machine with the setup has. */
@@ -219,11 +229,10 @@ int sp_cmd_train_draft(int argc, char **argv) {
         int n = t.n_paths;
         memcpy(paths, t.paths, (size_t)n * sizeof *paths);
         if (!n) n = default_paths(paths, store);
+        const bool chat = t.answers ? !strcmp(t.answers, "chat") : has_chat_template(&e);
         sp_distill_opts d = { .paths = paths, .n_paths = n, .max_tokens = t.tokens, .seq_len = t.ho.seq_len,
-                              .top_k = 16, .answer_share = t.answer_share, .doc_share = t.doc_share,
-                              .answer_tokens = t.ho.seq_len - 16,
-                              .chat = t.answers ? !strcmp(t.answers, "chat") : has_chat_template(&e),
-                              .seed = t.ho.seed };
+                              .top_k = 16, .answer_share = t.answer_share, .doc_share = doc_share_for(&t, chat),
+                              .answer_tokens = t.ho.seq_len - 16, .chat = chat, .seed = t.ho.seed };
         memcpy(d.tap_layers, taps, sizeof taps);
         fprintf(stderr, "train-draft: recording %lld tokens of %s data with %s into %s\n", (long long)t.tokens,
                 d.chat ? "chat" : "text", e.model->name, data);

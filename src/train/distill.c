@@ -356,17 +356,25 @@ static const char *code_lang(const char *path) {
     return NULL;
 }
 
-/* The prompt for one answer: with probability doc_share a request about
- * the snippet (prompts.c: summaries, answers from it, conversions, code
- * edits), else a generated everyday request or word problem.  The mix
- * decides what the head is good at: a head learns the kinds of answer it
- * sees (BENCHMARKS.md, fourth to sixth rounds). */
+/* The prompt for one answer.  Chat: with probability doc_share a request
+ * about the snippet (prompts.c: summaries, answers from it, conversions,
+ * code edits), else a generated everyday request or word problem.  Text:
+ * with probability doc_share the snippet to continue, else a generated
+ * start of prose or code.  The mix decides what the head is good at: a
+ * head learns the kinds of answer it sees (BENCHMARKS.md, fourth to sixth
+ * rounds). */
 static char *make_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, const sp_gguf *g, const char *snip,
                          const char *lang, uint64_t r, sp_err *err) {
-    if (!o->chat) return sp_xstrdup(snip);
-    char *user;
+    const bool generated = (double)(r >> 11) * 0x1p-53 >= o->doc_share;   /* r's top 53 bits, uniform in [0, 1) */
     sp_rng rr = { r };
-    if ((double)(r >> 11) * 0x1p-53 >= o->doc_share) {   /* r's top 53 bits, uniform in [0, 1) */
+    if (!o->chat && !generated) return sp_xstrdup(snip);
+    if (!o->chat) {
+        char *start = sp_xmalloc(512);
+        sp_distill_opener(start, 512, &rr);
+        return start;
+    }
+    char *user;
+    if (generated) {
         user = sp_xmalloc(512);
         sp_distill_request(user, 512, &rr);
     } else user = sp_distill_doc_request(snip, lang, &rr);

@@ -209,3 +209,152 @@ char *sp_distill_doc_request(const char *text, const char *lang, sp_rng *rng) {
     free(ask);
     return msg;
 }
+
+/* ----------------------------------------------------------------------------
+ * Starts of text for pretrained models
+ *
+ * A pretrained model is not asked anything: it continues text.  What it
+ * writes after the start of a story, a letter, an article or a source
+ * file is what a head for it must predict, and the corpus on a Debian
+ * machine is mostly Python and license texts.  These starts, put together
+ * from templates and word lists, let the model write prose of many kinds
+ * and code in the common languages in its own words.
+ * ------------------------------------------------------------------------- */
+
+static const char *const towns[] = { "Eastbrook", "Millford", "Carrow", "Saltby", "Kellan Bay", "Northgate",
+                                     "Ashwell", "Pine Hollow", "Redmoor", "Westerly" };
+static const char *const weekdays[] = { "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday" };
+static const char *const months[] = { "January", "March", "April", "June", "August", "September", "October",
+                                      "November" };
+static const char *const whens[] = { "On the morning of the first snow", "Late in the summer", "Every year in spring",
+                                     "The night before the wedding", "Three days after the storm",
+                                     "When the factory closed", "Long before the railway came" };
+static const char *const deeds[] = {
+    "found a key that fitted no door in the house", "took the early bus to the coast", "opened the shop for the last time",
+    "received a letter from a brother who had been gone for years", "decided to walk the whole way home",
+    "heard music coming from the empty school", "lost the map somewhere on the hill",
+    "agreed to look after the neighbour's dog",
+};
+static const char *const subjects[][2] = {
+    { "The red fox", "an animal" },      { "A glacier", "a slow river of ice" }, { "The violin", "a string instrument" },
+    { "Copper", "a soft metal" },         { "The lighthouse", "a tower" },         { "The printing press", "a machine" },
+    { "A coral reef", "an ecosystem" },   { "The honey bee", "an insect" },        { "Sourdough bread", "a bread" },
+    { "The steam engine", "an engine" },  { "A volcano", "an opening in the crust of a planet" },
+    { "The olive tree", "a tree" },
+};
+static const char *const products[] = { "electric kettle", "desk lamp", "rain jacket", "bicycle lock",
+                                        "kitchen scale", "travel mug", "reading chair", "garden hose" };
+static const char *const brands[] = { "Northwind", "Larch", "Brightside", "Pebble", "Oakline", "Tern" };
+static const char *const dishes[] = { "Lentil soup", "Apple crumble", "Vegetable curry", "Banana bread",
+                                      "Tomato salad", "Fish pie", "Pancakes with berries", "Mushroom risotto" };
+static const char *const centuries[] = { "twelfth", "fifteenth", "seventeenth", "nineteenth", "early twentieth" };
+static const char *const regions[] = { "the river valleys of the north", "the coastal cities", "the kingdom",
+                                       "the mountain villages", "the trading ports", "the farming districts" };
+
+/* A start of prose: one of ten kinds, one to three sentences. */
+static void prose_start(char *buf, size_t cap, sp_rng *rng) {
+    const char *who = pick(names, N_OF(names), rng), *town = pick(towns, N_OF(towns), rng);
+    const int n = 2 + (int)(sp_rng_next(rng) % 27);
+    switch (sp_rng_next(rng) % 10) {
+    case 0:
+        snprintf(buf, cap, "%s, %s %s. It was not the first time something strange had happened in %s,",
+                 pick(whens, N_OF(whens), rng), who, pick(deeds, N_OF(deeds), rng), town);
+        break;
+    case 1: {
+        const size_t i = sp_rng_next(rng) % N_OF(subjects);
+        snprintf(buf, cap, "%s is %s that", subjects[i][0], subjects[i][1]);
+        break;
+    }
+    case 2:
+        snprintf(buf, cap, "%s — Officials announced on %s that the %s", town, pick(weekdays, N_OF(weekdays), rng),
+                 sp_rng_next(rng) % 2 ? "old market hall will reopen next month after" : "town library will extend its opening hours");
+        break;
+    case 3: snprintf(buf, cap, "How to %s\n\n", pick(tasks, N_OF(tasks), rng)); break;
+    case 4:
+        snprintf(buf, cap, "Dear %s,\n\nThank you for your letter, which arrived on %s.", who,
+                 pick(weekdays, N_OF(weekdays), rng));
+        break;
+    case 5:
+        snprintf(buf, cap, "The %s %s\n\nDesigned for", pick(brands, N_OF(brands), rng),
+                 pick(products, N_OF(products), rng));
+        break;
+    case 6:
+        snprintf(buf, cap, "In the %s century, %s", pick(centuries, N_OF(centuries), rng),
+                 pick(regions, N_OF(regions), rng));
+        break;
+    case 7: snprintf(buf, cap, "Day %d — %s\n\n", n, town); break;
+    case 8: snprintf(buf, cap, "%s\n\nServes %d.\n\nIngredients:\n", pick(dishes, N_OF(dishes), rng), 2 + n % 5); break;
+    default:
+        snprintf(buf, cap, "%s %d\n\nDear diary,\n\nToday %s and I", pick(months, N_OF(months), rng), 1 + n, who);
+    }
+}
+
+static const char *const programs[][2] = {
+    { "a to-do list", "todo" },           { "the stock of a small shop", "inventory" },
+    { "readings from temperature sensors", "sensor" }, { "bank accounts", "account" },
+    { "a tic-tac-toe board", "board" },   { "command-line options", "options" },
+    { "a priority queue", "pqueue" },     { "a cache with expiry times", "cache" },
+    { "a recipe book", "recipe" },        { "small matrices", "matrix" },
+    { "a playlist of songs", "playlist" }, { "an event calendar", "calendar" },
+    { "a rate limiter", "limiter" },      { "a binary search tree", "tree" },
+    { "orders exported as CSV", "orders" }, { "a countdown timer", "timer" },
+};
+
+/* A start of a source file: one of twelve languages, its usual opening
+ * lines around what the program is for, after a copyright line in the
+ * language's comments now and then (greedy continuations of one start are
+ * all the same, and a head learns nothing from the copies). */
+static void code_start(char *buf, size_t cap, sp_rng *rng) {
+    const size_t i = sp_rng_next(rng) % N_OF(programs);
+    const char *what = programs[i][0], *id = programs[i][1];
+    char Id[24], body[384];
+    snprintf(Id, sizeof Id, "%s", id);
+    Id[0] = (char)toupper((unsigned char)Id[0]);
+    const char *note = "// ";                    /* how the language starts a comment line */
+    switch (sp_rng_next(rng) % 12) {
+    case 0:
+        snprintf(body, sizeof body, "\"\"\"Helpers for %s.\"\"\"\n\nimport json\nimport os\n\n\nclass %s:\n", what, Id);
+        note = "# ";
+        break;
+    case 1: snprintf(body, sizeof body, "#include <stdio.h>\n#include <stdlib.h>\n\n/* %s */\nstruct %s {\n", what, id); break;
+    case 2: snprintf(body, sizeof body, "// %s\n\n'use strict';\n\nfunction create%s(", what, Id); break;
+    case 3:
+        snprintf(body, sizeof body, "package %s\n\nimport (\n\t\"errors\"\n\t\"fmt\"\n)\n\n// %s holds %s.\ntype %s struct {\n",
+                 id, Id, what, Id);
+        break;
+    case 4: snprintf(body, sizeof body, "use std::collections::HashMap;\n\n/// %s\npub struct %s {\n", what, Id); break;
+    case 5:
+        snprintf(body, sizeof body, "-- Tables for %s.\n\nCREATE TABLE %s (\n    id INTEGER PRIMARY KEY,\n", what, id);
+        note = "-- ";
+        break;
+    case 6:
+        snprintf(body, sizeof body, "# Maintenance script for %s.\nset -e\n\n", what);
+        note = "# ";
+        break;
+    case 7:
+        snprintf(body, sizeof body, "<!DOCTYPE html>\n<html>\n<head>\n  <title>%s</title>\n</head>\n<body>\n", Id);
+        note = NULL;
+        break;
+    case 8:
+        snprintf(body, sizeof body, "import java.util.ArrayList;\nimport java.util.List;\n\n/** %s */\npublic class %s {\n",
+                 what, Id);
+        break;
+    case 9: snprintf(body, sizeof body, "#include <string>\n#include <vector>\n\n// %s\nclass %s {\npublic:\n", what, Id); break;
+    case 10:
+        snprintf(body, sizeof body, "# %s\n\n%s is a small library for %s.\n\n## Usage\n\n", id, id, what);
+        note = NULL;
+        break;
+    default: snprintf(body, sizeof body, "export interface %s {\n  id: number;\n", Id);
+    }
+    const uint64_t c = sp_rng_next(rng) % 3;
+    const int year = 2010 + (int)(sp_rng_next(rng) % 15);
+    const char *who = pick(names, N_OF(names), rng);
+    if (note && c == 1) snprintf(buf, cap, "%sCopyright (c) %d %s\n%s", note, year, who, body);
+    else if (note && c == 2) snprintf(buf, cap, "%sWritten by %s, %d.\n\n%s", note, who, year, body);
+    else snprintf(buf, cap, "%s", body);
+}
+
+void sp_distill_opener(char *buf, size_t cap, sp_rng *rng) {
+    if (sp_rng_next(rng) % 2) prose_start(buf, cap, rng);
+    else code_start(buf, cap, rng);
+}

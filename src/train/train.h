@@ -225,8 +225,9 @@ typedef struct sp_distill_opts {
     double answer_share;             /* share of the tokens from the target's answers */
     int answer_tokens;               /* longest answer */
     bool chat;                       /* answers to chat-template prompts (else continuations) */
-    double doc_share;                /* chat: share of the requests about a snippet of the text
-                                        (the rest: generated everyday requests and word problems) */
+    double doc_share;                /* share of the prompts made from a snippet of the text (the rest:
+                                        chat: generated everyday requests and word problems;
+                                        text: generated starts of prose and code) */
     int32_t tap_layers[3];
     uint64_t seed;
 } sp_distill_opts;
@@ -240,6 +241,11 @@ void sp_distill_request(char *buf, size_t cap, sp_rng *rng);
  * set, a code edit or review, with the text pasted in.  Returns the
  * message (free it). */
 char *sp_distill_doc_request(const char *text, const char *lang, sp_rng *rng);
+
+/* The generated start of a text for a pretrained model to continue
+ * (prompts.c): prose of ten kinds or a source file in one of twelve
+ * languages, from templates and the rng, into buf. */
+void sp_distill_opener(char *buf, size_t cap, sp_rng *rng);
 
 typedef void (*sp_distill_progress)(void *ud, uint64_t tokens, uint64_t goal, uint64_t answer_tokens);
 

@@ -128,10 +128,78 @@ static void test_answers_recorded_in_generation(void **state) {
     rmdir(dir);
 }
 
+/* Continuations for a pretrained model (chat = false) start from a
+ * snippet of the text with probability doc_share, else from a generated
+ * start of prose or code: counts the answer records of each kind (a
+ * snippet's first characters are in the corpus, a generated start's are
+ * not). */
+static void count_text_starts(fixture *f, double doc_share, int *snippets, int *generated) {
+    sp_err err;
+    char dir[] = "/tmp/specula-distill-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char file[128], data[128];
+    snprintf(file, sizeof file, "%s/river.txt", dir);
+    snprintf(data, sizeof data, "%s/out.distill", dir);
+    FILE *fp = fopen(file, "w");
+    assert_non_null(fp);
+    for (int i = 0; i < 6; i++) fputs(corpus_text, fp);
+    fclose(fp);
+    sp_ctx_params cp = sp_ctx_default_params();
+    cp.n_ctx = 512;
+    cp.n_slots = 8;
+    cp.batch_rows = 64;
+    cp.pool = f->pool;
+    sp_ctx *c = sp_ctx_create(f->m, f->tok, &cp, &err);
+    if (!c) fail_msg("context: %s", err.msg);
+    const char *paths[1] = { dir };
+    const int L = f->m->hp.n_layer;
+    sp_distill_opts o = { .paths = paths, .n_paths = 1, .max_tokens = 400, .seq_len = 96, .top_k = TOPK,
+                          .answer_share = 1.0, .answer_tokens = 24, .chat = false, .doc_share = doc_share,
+                          .tap_layers = { 2, L / 2, L - 3 }, .seed = 9 };
+    if (sp_distill_make(c, &o, data, NULL, NULL, &err)) fail_msg("distill: %s", err.msg);
+    sp_ctx_free(c);
+    sp_distill *ds = sp_distill_open(data, &err);
+    if (!ds) fail_msg("open: %s", err.msg);
+    *snippets = *generated = 0;
+    for (uint32_t s = 0; s < sp_distill_info_of(ds)->n_seqs; s++) {
+        sp_distill_seq q;
+        sp_distill_get(ds, s, &q);
+        if (q.loss_from == 0) continue;
+        char head[64] = "";
+        size_t len = 0;
+        for (int i = 0; i < q.loss_from && len < 24; i++) {
+            if (q.tokens[i] == sp_tokenizer_bos(f->tok)) continue;
+            len += sp_token_piece(f->tok, q.tokens[i], false, head + len, sizeof head - len);
+            if (len >= sizeof head) len = sizeof head - 1;
+        }
+        head[len < 24 ? len : 24] = 0;
+        assert_true(strlen(head) >= 8);
+        if (strstr(corpus_text, head)) ++*snippets;
+        else ++*generated;
+    }
+    sp_distill_close(ds);
+    unlink(data);
+    unlink(file);
+    rmdir(dir);
+}
+
+static void test_text_starts(void **state) {
+    int sn, gen;
+    count_text_starts(*state, 1.0, &sn, &gen);
+    assert_true(sn >= 4);
+    assert_int_equal(gen, 0);
+    count_text_starts(*state, 0.0, &sn, &gen);
+    assert_int_equal(sn, 0);
+    assert_true(gen >= 4);
+    count_text_starts(*state, 0.5, &sn, &gen);
+    assert_true(sn >= 1 && gen >= 1);
+}
+
 int main(void) {
     sp_base_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_answers_recorded_in_generation),
+        cmocka_unit_test(test_text_starts),
     };
     return cmocka_run_group_tests(tests, fx_setup_smol, fx_teardown);
 }

@@ -271,6 +271,36 @@ static void test_requests(void **state) {
     assert_int_equal(strlen(tiny), 7);
 }
 
+/* The generated starts of text for pretrained models: fixed by the seed,
+ * every template slot filled, prose and code about half and half, many
+ * distinct (greedy continuations of a repeated start are copies), and cut
+ * to the buffer. */
+static void test_openers(void **state) {
+    (void)state;
+    static char many[1024][512];
+    int n_many = 0, code = 0;
+    for (int i = 0; i < 1024; i++) {
+        char b[512];
+        sp_rng r1 = { 31 + 7919 * (uint64_t)i }, r2 = { 31 + 7919 * (uint64_t)i };
+        sp_distill_opener(many[n_many], sizeof many[0], &r1);
+        sp_distill_opener(b, sizeof b, &r2);
+        assert_string_equal(many[n_many], b);
+        assert_true(strlen(b) >= 12);
+        assert_null(strstr(b, "%s"));
+        assert_null(strstr(b, "%d"));
+        code += strpbrk(b, "{(<#=") != NULL && !strstr(b, "Ingredients");
+        bool dup = false;
+        for (int j = 0; j < n_many && !dup; j++) dup = !strcmp(many[j], many[n_many]);
+        n_many += !dup;
+    }
+    assert_true(code >= 400 && code <= 624);
+    assert_true(n_many >= 700);
+    char tiny[8];
+    sp_rng r = { 7 };
+    sp_distill_opener(tiny, sizeof tiny, &r);
+    assert_int_equal(strlen(tiny), 7);
+}
+
 /* Requests about a pasted text: fixed by the seed, the whole text in
  * them (fenced as code when it is code), every template slot filled, and
  * the kinds varied; a rename names a word of the code, not a keyword. */
@@ -353,6 +383,7 @@ int main(void) {
         cmocka_unit_test(test_foreign_tokens),
         cmocka_unit_test(test_doc_requests),
         cmocka_unit_test(test_requests),
+        cmocka_unit_test(test_openers),
         cmocka_unit_test(test_denormals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
