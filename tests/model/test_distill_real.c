@@ -42,8 +42,10 @@ static const char *const corpus_text =
     "on Saturdays. The old bridge was built in 1820 and repaired in 1952.\n"
     "A new footpath now follows the river from the bridge to the mill.\n";
 
-static void test_answers_recorded_in_generation(void **state) {
-    fixture *f = *state;
+/* Records data from a corpus of corpus_text six times over with o (its
+ * paths and tap layers set here) in a context of `slots` slots, and opens
+ * it (the files are gone once it is open: the mapping keeps the data). */
+static sp_distill *distill_river(fixture *f, int slots, sp_distill_opts o) {
     sp_err err;
     char dir[] = "/tmp/specula-distill-XXXXXX";
     assert_non_null(mkdtemp(dir));
@@ -54,24 +56,36 @@ static void test_answers_recorded_in_generation(void **state) {
     assert_non_null(fp);
     for (int i = 0; i < 6; i++) fputs(corpus_text, fp);
     fclose(fp);
-
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = 512;
-    cp.n_slots = 4;
+    cp.n_slots = slots;
     cp.batch_rows = 64;
     cp.pool = f->pool;
     sp_ctx *c = sp_ctx_create(f->m, f->tok, &cp, &err);
     if (!c) fail_msg("context: %s", err.msg);
     const char *paths[1] = { dir };
     const int L = f->m->hp.n_layer;
-    sp_distill_opts o = { .paths = paths, .n_paths = 1, .max_tokens = 600, .seq_len = 192, .top_k = TOPK,
-                          .answer_share = 1.0, .answer_tokens = 64, .chat = true, .doc_share = 0.5,
-                          .tap_layers = { 2, L / 2, L - 3 }, .seed = 5 };
+    o.paths = paths;
+    o.n_paths = 1;
+    o.tap_layers[0] = 2;
+    o.tap_layers[1] = L / 2;
+    o.tap_layers[2] = L - 3;
     if (sp_distill_make(c, &o, data, NULL, NULL, &err)) fail_msg("distill: %s", err.msg);
     sp_ctx_free(c);
-
     sp_distill *ds = sp_distill_open(data, &err);
     if (!ds) fail_msg("open: %s", err.msg);
+    unlink(data);
+    unlink(file);
+    rmdir(dir);
+    return ds;
+}
+
+static void test_answers_recorded_in_generation(void **state) {
+    fixture *f = *state;
+    sp_err err;
+    const sp_distill_opts o = { .max_tokens = 600, .seq_len = 192, .top_k = TOPK, .answer_share = 1.0,
+                                .answer_tokens = 64, .chat = true, .doc_share = 0.5, .seed = 5 };
+    sp_distill *ds = distill_river(f, 4, o);
     const sp_distill_info *in = sp_distill_info_of(ds);
     assert_int_equal(in->top_k, TOPK);
     const int d = f->m->hp.n_embd, V = f->m->hp.n_vocab, W = 3 * d;
@@ -123,9 +137,6 @@ static void test_answers_recorded_in_generation(void **state) {
     free(logits);
     free(taps);
     sp_distill_close(ds);
-    unlink(data);
-    unlink(file);
-    rmdir(dir);
 }
 
 /* Continuations for a pretrained model (chat = false) start from a
@@ -134,32 +145,9 @@ static void test_answers_recorded_in_generation(void **state) {
  * snippet's first characters are in the corpus, a generated start's are
  * not). */
 static void count_text_starts(fixture *f, double doc_share, int *snippets, int *generated) {
-    sp_err err;
-    char dir[] = "/tmp/specula-distill-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char file[128], data[128];
-    snprintf(file, sizeof file, "%s/river.txt", dir);
-    snprintf(data, sizeof data, "%s/out.distill", dir);
-    FILE *fp = fopen(file, "w");
-    assert_non_null(fp);
-    for (int i = 0; i < 6; i++) fputs(corpus_text, fp);
-    fclose(fp);
-    sp_ctx_params cp = sp_ctx_default_params();
-    cp.n_ctx = 512;
-    cp.n_slots = 8;
-    cp.batch_rows = 64;
-    cp.pool = f->pool;
-    sp_ctx *c = sp_ctx_create(f->m, f->tok, &cp, &err);
-    if (!c) fail_msg("context: %s", err.msg);
-    const char *paths[1] = { dir };
-    const int L = f->m->hp.n_layer;
-    sp_distill_opts o = { .paths = paths, .n_paths = 1, .max_tokens = 400, .seq_len = 96, .top_k = TOPK,
-                          .answer_share = 1.0, .answer_tokens = 24, .chat = false, .doc_share = doc_share,
-                          .tap_layers = { 2, L / 2, L - 3 }, .seed = 9 };
-    if (sp_distill_make(c, &o, data, NULL, NULL, &err)) fail_msg("distill: %s", err.msg);
-    sp_ctx_free(c);
-    sp_distill *ds = sp_distill_open(data, &err);
-    if (!ds) fail_msg("open: %s", err.msg);
+    const sp_distill_opts o = { .max_tokens = 400, .seq_len = 96, .top_k = TOPK, .answer_share = 1.0,
+                                .answer_tokens = 24, .chat = false, .doc_share = doc_share, .seed = 9 };
+    sp_distill *ds = distill_river(f, 8, o);
     *snippets = *generated = 0;
     for (uint32_t s = 0; s < sp_distill_info_of(ds)->n_seqs; s++) {
         sp_distill_seq q;
@@ -178,9 +166,6 @@ static void count_text_starts(fixture *f, double doc_share, int *snippets, int *
         else ++*generated;
     }
     sp_distill_close(ds);
-    unlink(data);
-    unlink(file);
-    rmdir(dir);
 }
 
 static void test_text_starts(void **state) {
