@@ -5,9 +5,10 @@
  * Sequences come from text on the machine (files and folders given: every
  * Debian system has Python's library sources, license texts and package
  * documentation) in two kinds: windows of the text itself, and the
- * target's own answers to prompts made from the text (chat models: a
- * summarise / explain / continue request in the chat template; pretrained
- * models: the text's start to continue).  The answers matter most: a head
+ * target's own answers to prompts (chat models: a summarise / explain /
+ * continue request about the text, or a generated request, in the chat
+ * template; pretrained models: a snippet of the text or a generated start
+ * of prose or code to continue).  The answers matter most: a head
  * learns to predict what the target says.  Windows are recorded by a
  * forward over them; answers while the model writes them, in the batched
  * passes that generate them (no second pass: a third less time per

@@ -1,8 +1,9 @@
-/* Generated chat requests for self-distillation: everyday requests and
- * arithmetic word problems, put together from templates, word lists and
- * random numbers, and requests about a text from the corpus (summaries,
- * answers, conversions, code edits).  A chat head learns what the model
- * says to requests like its users'.  Nothing here comes from the
+/* Generated prompts for self-distillation: chat requests (everyday
+ * requests and arithmetic word problems, put together from templates, word
+ * lists and random numbers, and requests about a text from the corpus:
+ * summaries, answers, conversions, code edits) and, for pretrained models,
+ * starts of prose and code to continue.  A head learns what the model
+ * writes after prompts like its users'.  Nothing here comes from the
  * benchmark prompt sets, which stay unseen. */
 #include "train/train.h"
 
