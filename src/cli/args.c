@@ -147,7 +147,10 @@ int sp_spec_opt(sp_args *a, sp_spec_cli *o) {
     if (sp_arg_is(a, "--tree-width")) return sp_arg_int(a, 1, 8, &d->tree_width) ? 1 : -1;
     if (sp_arg_is(a, "--draft-model")) return sp_arg_str(a, &o->draft_model) ? 1 : -1;
     if (sp_arg_is(a, "--draft-sample")) { d->dm.sample = true; return 1; }
-    if (sp_arg_is(a, "--draft-min-prob")) return sp_arg_float(a, 0, 1, &d->dm.min_prob) ? 1 : -1;
+    if (sp_arg_is(a, "--draft-min-prob")) {
+        d->dm.min_prob_set = true;
+        return sp_arg_float(a, 0, 1, &d->dm.min_prob) ? 1 : -1;
+    }
     if (sp_arg_is(a, "--self-layers")) return sp_arg_str(a, &d->self_layers) ? 1 : -1;
     if (sp_arg_is(a, "--draft-head")) return sp_arg_str(a, &d->draft_head) ? 1 : -1;
     return 0;

@@ -222,7 +222,7 @@ static sp_drafter *create_eagle(const sp_drafter_opts *o, sp_err *err) {
                    "gemma3-270m ship in drafters/, others are made with specula train-draft)");
         return NULL;
     }
-    const sp_eagle_opts eo = { .n_ctx = o->dm.n_ctx, .min_prob = o->dm.min_prob > 0 ? o->dm.min_prob : -1,
+    const sp_eagle_opts eo = { .n_ctx = o->dm.n_ctx, .min_prob = o->dm.min_prob_set ? o->dm.min_prob : -1,
                                .tree_width = o->tree_width, .sample = o->dm.sample };
     return sp_eagle_create(o->draft_head, o->target, &eo, o->pool, err);
 }

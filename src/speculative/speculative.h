@@ -273,6 +273,7 @@ typedef struct sp_draft_model_opts {
     int n_ctx;                       /* draft cache size (0 = 4096) */
     bool sample;                     /* speculative sampling with q (same vocabulary only) */
     float min_prob;                  /* stop drafting when the draft's top probability is below (0 = never) */
+    bool min_prob_set;               /* "eagle": min_prob was given (0 included); else the head file's */
     const sp_model_load_opts *load;  /* "draft": how the draft model is loaded (borrowed, read at
                                       * creation); NULL = sp_model_load_default_opts() */
 } sp_draft_model_opts;

@@ -116,6 +116,14 @@ check "--head-type q8_0 rewrites a finished checkpoint's head as Q8_0" \
     bash -c "[ $rc -eq 0 ] && [ '$types' = 'blk.0.attn_q.weight=Q8_0 fc.weight=F32' ]"
 "$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0 --spec eagle --draft-head "$tmp/h8.gguf" --tree-width 3 > "$tmp/spec" 2> /dev/null
 check "run --spec eagle --tree-width 3 gives plain decoding's text" cmp -s "$tmp/plain" "$tmp/spec"
+# --draft-min-prob 0 means no threshold (not the head file's 0.3): with
+# --draft-max 3 every drafting round drafts 3 tokens (the last two may
+# have fewer tokens left to make)
+"$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0 --spec eagle --draft-head "$tmp/h8.gguf" --draft-max 3 \
+    --draft-min-prob 0 > "$tmp/spec" 2> "$tmp/spec.err"
+counts=$(sed -n 's/.*(\([0-9]*\) drafting.*drafted \([0-9]*\),.*/\1 \2/p' "$tmp/spec.err")
+check "--draft-min-prob 0 drafts the full --draft-max every round, output unchanged ($counts)" \
+    bash -c "set -- $counts; [ \$# -eq 2 ] && [ \$1 -ge 5 ] && [ \$2 -ge \$((3 * \$1 - 3)) ] && cmp -s '$tmp/plain' '$tmp/spec'"
 "$BIN" run -m smollm2-135m -p "$p" -n 40 --temp 0.8 --seed 2 --spec eagle --draft-sample --draft-head "$tmp/h8.gguf" \
     > "$tmp/spec" 2> "$tmp/spec.err"; rc=$?
 check "run --spec eagle --draft-sample at T=0.8 generates (speculative sampling)" \
