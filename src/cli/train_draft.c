@@ -39,6 +39,9 @@ static const char train_help[] =
     "                          default 0.2), the rest generated everyday requests and\n"
     "                          arithmetic word problems; text: the snippet to continue\n"
     "                          (default 0.3), the rest generated starts of prose and code\n"
+    "      --self-requests F   chat: share of the generated requests that the model writes\n"
+    "                          itself, given only its template's opening of a user turn\n"
+    "                          (default 0); the rest come from templates and word lists\n"
     "      --draft-vocab N     tokens the head can draft (default 8192)\n"
     "      --head-type T       the head's matrices: q4_1 (default), q5_0, q8_0, f16 or f32\n"
     "      --norm-residual     the head's residual starts from the normed fused state\n"
@@ -64,7 +67,7 @@ typedef struct train_args {
     const char *paths[32];
     int n_paths;
     int64_t tokens;
-    float answer_share, doc_share;
+    float answer_share, doc_share, self_share;
     sp_head_train_opts ho;
 } train_args;
 
@@ -99,6 +102,7 @@ static int parse(int argc, char **argv, train_args *t) {
         { "--tokens", SP_FLAG_INT, &tokens, 1000, 100000000 },
         { "--answer-share", SP_FLAG_FLOAT, &t->answer_share, 0, 1 },
         { "--doc-share", SP_FLAG_FLOAT, &t->doc_share, 0, 1 },
+        { "--self-requests", SP_FLAG_FLOAT, &t->self_share, 0, 1 },
         { "--draft-vocab", SP_FLAG_INT, &t->ho.draft_vocab, 16, 1 << 20 },
         { "--ttt", SP_FLAG_INT, &t->ho.ttt_steps, 1, 8 },
         { "--seq-len", SP_FLAG_INT, &t->ho.seq_len, 16, 4096 },
@@ -125,6 +129,8 @@ static int parse(int argc, char **argv, train_args *t) {
     if (!t->out) return sp_usage_error("train-draft", "no output: use -o OUT.gguf");
     if (t->answers && strcmp(t->answers, "chat") && strcmp(t->answers, "text"))
         return sp_usage_error("train-draft", "--answers takes chat or text, not '%s'", t->answers);
+    if (t->answers && !strcmp(t->answers, "text") && t->self_share > 0)
+        return sp_usage_error("train-draft", "--self-requests is for chat answers, not --answers text");
     if (t->loss && strcmp(t->loss, "ce") && strcmp(t->loss, "lk"))
         return sp_usage_error("train-draft", "--loss takes ce or lk, not '%s'", t->loss);
     t->ho.loss = t->loss && !strcmp(t->loss, "lk") ? SP_TR_LOSS_LK : SP_TR_LOSS_CE;
@@ -176,17 +182,23 @@ static void train_progress(void *ud, const sp_head_train_status *st) {
     }
 }
 
-/* Whether an existing data file was made by this model with these taps. */
-static bool data_matches(const char *path, const sp_model *m, const int32_t *taps) {
+/* Whether an existing data file was made by this model from the same
+ * recipe (corpus, sizes, shares, taps, seed); says why when it was not. */
+static bool data_matches(const char *path, const sp_model *m, const sp_distill_opts *d) {
     struct stat st;
     if (stat(path, &st) != 0) return false;
     sp_err err;
     sp_distill *ds = sp_distill_open(path, &err);
     if (!ds) { fprintf(stderr, "train-draft: %s is unusable (%s); making it again\n", path, err.msg); return false; }
     const sp_distill_info *in = sp_distill_info_of(ds);
-    const bool ok = !strcmp(in->fingerprint, m->fingerprint) && !memcmp(in->tap_layers, taps, 3 * sizeof *taps);
+    const bool model = !strcmp(in->fingerprint, m->fingerprint) && !memcmp(in->tap_layers, d->tap_layers, 12);
+    const bool recipe = in->recipe == sp_distill_recipe(d);
     sp_distill_close(ds);
-    return ok;
+    if (!model) fprintf(stderr, "train-draft: %s holds another model's data; making it again\n", path);
+    else if (!recipe)
+        fprintf(stderr, "train-draft: %s was recorded with other data options (corpus, --tokens, --seq-len, "
+                "shares or seed); making it again\n", path);
+    return model && recipe;
 }
 
 /* Does the model render chat prompts (its own template or its architecture's)? */
@@ -223,21 +235,31 @@ int sp_cmd_train_draft(int argc, char **argv) {
     const char *data = t.data_file ? t.data_file : dpath;
     int rc = SP_EXIT_FAIL;
     const uint64_t t0 = sp_now_ns();
-    if (!data_matches(data, e.model, taps)) {
-        char store[4][256];
-        const char *paths[36];
-        int n = t.n_paths;
-        memcpy(paths, t.paths, (size_t)n * sizeof *paths);
-        if (!n) n = default_paths(paths, store);
-        const bool chat = t.answers ? !strcmp(t.answers, "chat") : has_chat_template(&e);
-        sp_distill_opts d = { .paths = paths, .n_paths = n, .max_tokens = t.tokens, .seq_len = t.ho.seq_len,
-                              .top_k = 16, .answer_share = t.answer_share, .doc_share = doc_share_for(&t, chat),
-                              .answer_tokens = t.ho.seq_len - 16, .chat = chat, .seed = t.ho.seed };
-        memcpy(d.tap_layers, taps, sizeof taps);
+    char store[4][256];
+    const char *paths[36];
+    sp_distill_stats stats = { 0 };
+    int n = t.n_paths;
+    memcpy(paths, t.paths, (size_t)n * sizeof *paths);
+    if (!n) n = default_paths(paths, store);
+    const bool chat = t.answers ? !strcmp(t.answers, "chat") : has_chat_template(&e);
+    sp_distill_opts d = { .paths = paths, .n_paths = n, .max_tokens = t.tokens, .seq_len = t.ho.seq_len,
+                          .top_k = 16, .answer_share = t.answer_share, .doc_share = doc_share_for(&t, chat),
+                          .answer_tokens = t.ho.seq_len - 16, .chat = chat, .seed = t.ho.seed,
+                          .self_share = chat ? t.self_share : 0, .stats = &stats };
+    memcpy(d.tap_layers, taps, sizeof taps);
+    if (!chat && t.self_share > 0) {
+        fprintf(stderr, "specula train-draft: --self-requests needs chat answers, and %s has no chat template\n",
+                e.model->name);
+        goto done;
+    }
+    if (!data_matches(data, e.model, &d)) {
         fprintf(stderr, "train-draft: recording %lld tokens of %s data with %s into %s\n", (long long)t.tokens,
                 d.chat ? "chat" : "text", e.model->name, data);
         if (sp_distill_make(e.ctx, &d, data, data_progress, (void *)&t0, &err)) goto out;
         fprintf(stderr, "\ntrain-draft: data done in %.0f s\n", sp_ns_to_s(sp_now_ns() - t0));
+        if (d.self_share > 0)
+            fprintf(stderr, "train-draft: %d prompts were requests the model wrote (%llu asked for)\n",
+                    stats.self_requests, (unsigned long long)stats.self_made);
     }
     sp_distill *ds = sp_distill_open(data, &err);
     if (!ds) goto out;
@@ -254,6 +276,7 @@ int sp_cmd_train_draft(int argc, char **argv) {
     rc = 0;
 out:
     if (rc) fprintf(stderr, "\nspecula train-draft: %s\n", err.msg);
+done:
     sp_engine_close(&e);
     return rc;
 }

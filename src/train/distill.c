@@ -16,13 +16,15 @@
  *
  * File layout (little-endian; every field checked when read):
  *   header  "SPDSTL01", u32 n_embd, u32 top_k, i32 tap_layers[3], u32 n_seqs,
- *           u64 n_tokens, char target_fingerprint[24]
+ *           u64 n_tokens, char target_fingerprint[24], u64 recipe (the data
+ *           options' hash, sp_distill_recipe; 0 in files from before it)
  *   per sequence:  u32 n, u32 loss_from, i32 tokens[n], i32 ids[n][k],
  *           u16 probs[n][k] (f16), u16 taps[n][3][n_embd] (bf16; Gemma's
  *           residual stream exceeds f16's range), padded to 4 bytes */
 #include "train/train.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -199,6 +201,23 @@ static int record(recorder *r, const int32_t *toks, int n, int loss_from, sp_err
     return write_record(r, toks, n, loss_from, r->ids, r->probs, r->btaps, err);
 }
 
+/* FNV-1a over n bytes, from h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+uint64_t sp_distill_recipe(const sp_distill_opts *o) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < o->n_paths; i++) h = fnv(h, o->paths[i], strlen(o->paths[i]) + 1);
+    const int64_t ints[] = { o->max_tokens, o->seq_len, o->top_k, o->answer_tokens, o->chat, o->tap_layers[0],
+                             o->tap_layers[1], o->tap_layers[2], (int64_t)o->seed };
+    const double shares[] = { o->answer_share, o->doc_share, o->self_share };
+    h = fnv(h, ints, sizeof ints);
+    h = fnv(h, shares, sizeof shares);
+    return h ? h : 1;                            /* 0: a file from before recipes */
+}
+
 static int write_header(recorder *r) {
     char h[DS_HEADER] = { 0 };
     memcpy(h, DS_MAGIC, 8);
@@ -209,6 +228,8 @@ static int write_header(recorder *r) {
     memcpy(h + 28, &r->n_seqs, 4);
     memcpy(h + 32, &r->n_tokens, 8);
     memcpy(h + 40, r->m->fingerprint, 17);
+    const uint64_t recipe = sp_distill_recipe(r->o);
+    memcpy(h + 64, &recipe, 8);
     rewind(r->f);
     return put(r->f, h, sizeof h);
 }
@@ -357,16 +378,30 @@ static const char *code_lang(const char *path) {
     return NULL;
 }
 
+/* Whether prompt r is generated (else made from the snippet): r's top 53
+ * bits, uniform in [0, 1), against doc_share. */
+static bool generated_prompt(const sp_distill_opts *o, uint64_t r) {
+    return (double)(r >> 11) * 0x1p-53 >= o->doc_share;
+}
+
+/* Whether a generated chat prompt r is one the model wrote itself: r's
+ * low 10 bits (apart from the ones above) against self_share. */
+static bool self_written(const sp_distill_opts *o, uint64_t r) {
+    return o->chat && generated_prompt(o, r) && (double)(r & 0x3ff) / 1024.0 < o->self_share;
+}
+
 /* The prompt for one answer.  Chat: with probability doc_share a request
  * about the snippet (prompts.c: summaries, answers from it, conversions,
- * code edits), else a generated everyday request or word problem.  Text:
+ * code edits), else a generated request: with probability self_share one
+ * the model wrote itself (self_request, see below), else an everyday
+ * request or word problem from templates.  Text:
  * with probability doc_share the snippet to continue, else a generated
  * start of prose or code.  The mix decides what the head is good at: a
  * head learns the kinds of answer it sees (BENCHMARKS.md, fourth to sixth
  * rounds). */
 static char *make_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, const sp_gguf *g, const char *snip,
-                         const char *lang, uint64_t r, sp_err *err) {
-    const bool generated = (double)(r >> 11) * 0x1p-53 >= o->doc_share;   /* r's top 53 bits, uniform in [0, 1) */
+                         const char *lang, uint64_t r, const char *self_request, sp_err *err) {
+    const bool generated = generated_prompt(o, r);
     sp_rng rr = { r };
     if (!o->chat && !generated) return sp_xstrdup(snip);
     if (!o->chat) {
@@ -375,7 +410,8 @@ static char *make_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, cons
         return start;
     }
     char *user;
-    if (generated) {
+    if (generated && self_request) user = sp_xstrdup(self_request);
+    else if (generated) {
         user = sp_xmalloc(512);
         sp_distill_request(user, 512, &rr);
     } else user = sp_distill_doc_request(snip, lang, &rr);
@@ -409,9 +445,10 @@ static void shorten(char *s, size_t want) {
  * So the snippet shrinks until the prompt fits; a continuation prompt is
  * cut to the budget.  seq->n = 0 when none fits. */
 static int fit_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, const sp_gguf *g, char *snip,
-                      const char *lang, uint64_t r, int budget, sp_tokens *seq, sp_err *err) {
+                      const char *lang, uint64_t r, const char *self_request, int budget, sp_tokens *seq,
+                      sp_err *err) {
     for (int tries = 0; tries < 8; tries++) {
-        char *prompt = make_prompt(o, tok, g, snip, lang, r, err);
+        char *prompt = make_prompt(o, tok, g, snip, lang, r, self_request, err);
         if (!prompt) return -1;
         seq->n = 0;
         const int rc = sp_tokenize(tok, prompt, strlen(prompt), sp_tokenizer_add_bos(tok), o->chat, seq, err);
@@ -437,6 +474,142 @@ static char *snippet(const char *text, size_t len, size_t chars, sp_rng *rng) {
     memcpy(s, text + at, n);
     s[n] = 0;
     return s;
+}
+
+/* ----------------------------------------------------------------------------
+ * Requests the model writes itself
+ * ------------------------------------------------------------------------- */
+
+/* An instruct model given its template's opening of a user turn, and
+ * nothing after it, writes a request as its users would (Magpie: Xu et
+ * al., 2024): requests of the kinds and wording it was tuned on, which
+ * templates and word lists reach only in part.  The head then learns
+ * answers to what real users ask (BENCHMARKS.md, thirteenth round). */
+#define DS_REQ_TOKENS 96             /* longest request kept; longer ones are dropped unfinished */
+
+typedef struct reqpool {
+    char **text;                     /* requests not used yet: text[at .. n) */
+    int at, n, cap;
+    uint64_t made;                   /* requests asked for (each one's sampling seed) */
+} reqpool;
+
+typedef struct request {
+    sp_tokens toks;                  /* the request, end of turn excluded */
+    const sp_tokenizer *tok;
+    bool ended;                      /* its turn ended */
+} request;
+
+static sp_emit_result on_request(void *ud, int32_t tok, bool drafted, const float *logits) {
+    (void)drafted; (void)logits;
+    request *q = ud;
+    if (sp_tokenizer_is_eog(q->tok, tok)) { q->ended = true; return SP_EMIT_STOP; }
+    sp_tokens_push(&q->toks, tok);
+    return SP_EMIT_CONTINUE;
+}
+
+/* The tokens of the template up to a user message's first character. */
+static int user_turn_opening(const sp_tokenizer *tok, const sp_gguf *g, sp_tokens *out, sp_err *err) {
+    static const char mark[] = "\x01request\x01";
+    sp_chat_tmpl *ct = NULL;
+    int rc = sp_chat_tmpl_for_model(g, tok, NULL, NULL, NULL, &ct, err);
+    if (!rc && !ct) rc = sp_err_set(err, "the model has no chat template (train on text only)");
+    char *text = NULL;
+    const sp_chat_msg msg = { "user", mark };
+    if (!rc) rc = sp_chat_render(ct, &msg, 1, false, &text, err);
+    sp_chat_tmpl_free(ct);
+    if (rc) return -1;
+    const char *at = strstr(text, mark);
+    if (!at || at == text) rc = sp_err_set(err, "distill: the chat template has no opening before a user message");
+    else rc = sp_tokenize(tok, text, (size_t)(at - text), sp_tokenizer_add_bos(tok), true, out, err);
+    free(text);
+    return rc;
+}
+
+/* A finished request's text, or NULL when it is not one to keep: it must
+ * end its turn, hold no special token and have three words or more. */
+static char *request_text(const request *q) {
+    if (!q->ended) return NULL;
+    size_t len = 0, cap = 64;
+    char *s = sp_xmalloc(cap);
+    for (int i = 0; i < q->toks.n; i++) {
+        if (sp_tokenizer_is_control(q->tok, q->toks.ids[i])) { free(s); return NULL; }
+        char piece[256];
+        const size_t n = sp_token_piece(q->tok, q->toks.ids[i], false, piece, sizeof piece);
+        if (n >= sizeof piece) { free(s); return NULL; }
+        while (len + n + 1 > cap) s = sp_xrealloc(s, cap *= 2);
+        memcpy(s + len, piece, n);
+        len += n;
+    }
+    s[len] = 0;
+    size_t a = 0;
+    while (len > 0 && isspace((unsigned char)s[len - 1])) s[--len] = 0;
+    while (a < len && isspace((unsigned char)s[a])) a++;
+    memmove(s, s + a, len - a + 1);
+    int words = 0;
+    for (const char *c = s; *c; c++) words += !isspace((unsigned char)*c) && (c == s || isspace((unsigned char)c[-1]));
+    if (words < 3 || utf8_valid_prefix((const unsigned char *)s, strlen(s)) != strlen(s)) { free(s); return NULL; }
+    return s;
+}
+
+/* Has the model write n requests in the context's slots (sampled at
+ * temperature 1, top-k 40, top-p 0.95) and adds the ones to keep to the
+ * pool. */
+static int write_requests(sp_ctx *ctx, const sp_tokens *opening, int n, uint64_t seed, reqpool *pool,
+                          sp_err *err) {
+    request q[64] = { 0 };
+    int ids[64], added = 0, rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        q[i].tok = sp_ctx_tokenizer(ctx);
+        sp_seq_params p = sp_seq_default_params();
+        p.draft_max = 0;
+        p.use_cache = false;
+        p.prompt = opening->ids;
+        p.n_prompt = opening->n;
+        p.max_tokens = DS_REQ_TOKENS;
+        p.sampling.temperature = 1.0f;
+        p.sampling.top_k = 40;
+        p.sampling.top_p = 0.95f;
+        p.sampling.seed = seed ^ (0x5e1f0000ULL + pool->made++);
+        p.emit = on_request;
+        p.ud = &q[i];
+        if ((ids[i] = sp_ctx_add(ctx, &p, err)) < 0) rc = -1;
+        else added++;
+    }
+    if (!rc) while (sp_ctx_step(ctx) > 0) {}
+    for (int i = 0; i < added; i++) {
+        if (!rc && sp_ctx_seq_finish(ctx, ids[i]) == SP_FINISH_ERROR)
+            rc = sp_err_set(err, "distill: %s", sp_ctx_seq_error(ctx, ids[i]));
+        sp_ctx_remove(ctx, ids[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        char *t = rc ? NULL : request_text(&q[i]);
+        if (t) {
+            SP_VEC_GROW(pool->text, pool->cap, (size_t)pool->n + 1);
+            pool->text[pool->n++] = t;
+        }
+        sp_tokens_free(&q[i].toks);
+    }
+    return rc;
+}
+
+/* Fills the pool to at least want requests (a few batches at most: a
+ * model that seldom ends its turn leaves the rest to templates). */
+static int fill_requests(sp_ctx *ctx, const sp_tokens *opening, int want, int slots, uint64_t seed, reqpool *pool,
+                         sp_err *err) {
+    if (pool->at > 0) {                          /* drop the used ones */
+        for (int i = 0; i < pool->at; i++) free(pool->text[i]);
+        memmove(pool->text, pool->text + pool->at, (size_t)(pool->n - pool->at) * sizeof *pool->text);
+        pool->n -= pool->at;
+        pool->at = 0;
+    }
+    for (int tries = 0; pool->n < want && tries < 4; tries++)
+        if (write_requests(ctx, opening, slots, seed, pool, err)) return -1;
+    return 0;
+}
+
+static void free_requests(reqpool *pool) {
+    for (int i = 0; i < pool->n; i++) free(pool->text[i]);
+    free(pool->text);
 }
 
 /* Generates answers for a batch of prompts in the context's slots,
@@ -497,6 +670,10 @@ int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path,
     const uint64_t answer_goal = (uint64_t)((double)o->max_tokens * o->answer_share);
     uint64_t answer_tokens = 0;
     int unfit = 0;                   /* prompts that did not fit in half a sequence */
+    reqpool pool = { 0 };
+    sp_tokens opening = { 0 };       /* the template's user-turn opening (self-written requests) */
+    int self_used = 0;
+    if (!rc && o->chat && o->self_share > 0) rc = user_turn_opening(tok, m->gguf, &opening, err);
     for (int fi = 0; !rc && fi < c.n && r.n_tokens < (uint64_t)o->max_tokens; fi++) {
         size_t len;
         char *text = read_text(c.paths[fi], &len);
@@ -507,11 +684,16 @@ int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path,
         if (want_answers) {
             /* one batch of answers about snippets of this file */
             int na = 0;
+            if (opening.n) rc = fill_requests(ctx, &opening, slots, slots, o->seed + (uint64_t)fi, &pool, err);
             for (int tries = 0; na < slots && !rc && tries < 2 * slots; tries++) {
                 char *snip = snippet(text, len, (size_t)o->seq_len * 2, &rng);
                 answer_reset(&ans[na]);
+                const uint64_t pr = sp_rng_next(&rng);
+                const char *self = self_written(o, pr) && pool.at < pool.n ? pool.text[pool.at++] : NULL;
+                if (self && self_used++ == 0 && o->stats)
+                    snprintf(o->stats->first_request, sizeof o->stats->first_request, "%s", self);
                 /* keep room for the answer */
-                rc = fit_prompt(o, tok, m->gguf, snip, code_lang(c.paths[fi]), sp_rng_next(&rng), o->seq_len / 2,
+                rc = fit_prompt(o, tok, m->gguf, snip, code_lang(c.paths[fi]), pr, self, o->seq_len / 2,
                                 &ans[na].seq, err);
                 free(snip);
                 if (rc || ans[na].seq.n == 0) {
@@ -558,6 +740,13 @@ int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path,
     if (!rc && (write_header(&r) || fflush(r.f)))
         rc = sp_err_set(err, "distill: writing %s: %s", out_path, strerror(errno));
     if (r.f && fclose(r.f) && !rc) rc = sp_err_set(err, "distill: closing %s: %s", out_path, strerror(errno));
+    if (o->stats) {
+        if (!self_used) o->stats->first_request[0] = 0;
+        o->stats->self_requests = self_used;
+        o->stats->self_made = pool.made;
+    }
+    free_requests(&pool);
+    sp_tokens_free(&opening);
     for (int i = 0; i < c.n; i++) free(c.paths[i]);
     free(c.paths);
     for (int i = 0; i < slots; i++) answer_free(&ans[i]);
@@ -632,6 +821,7 @@ sp_distill *sp_distill_open(const char *path, sp_err *err) {
         memcpy(&in->n_tokens, ds->map + 32, 8);
         memcpy(in->fingerprint, ds->map + 40, 16);
         in->fingerprint[16] = 0;
+        memcpy(&in->recipe, ds->map + 64, 8);
         if (in->n_embd < 1 || in->n_embd > 65536 || in->top_k < 1 || in->top_k > 256 || in->n_seqs > (1u << 24))
             rc = sp_err_set(err, "distill data: %s has a bad header", path);
     }

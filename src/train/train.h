@@ -228,9 +228,19 @@ typedef struct sp_distill_opts {
     double doc_share;                /* share of the prompts made from a snippet of the text (the rest:
                                         chat: generated everyday requests and word problems;
                                         text: generated starts of prose and code) */
+    double self_share;               /* chat: share of the generated requests the model writes itself
+                                        (given its template's opening of a user turn); the rest come
+                                        from templates and word lists */
     int32_t tap_layers[3];
     uint64_t seed;
+    struct sp_distill_stats *stats;  /* optional: filled at the end */
 } sp_distill_opts;
+
+typedef struct sp_distill_stats {
+    int self_requests;               /* prompts that were requests the model wrote */
+    uint64_t self_made;              /* requests it was asked to write (kept or not) */
+    char first_request[256];         /* the first one used (cut to fit), "" if none */
+} sp_distill_stats;
 
 /* A generated chat request (prompts.c): an everyday request or an
  * arithmetic word problem, from templates and the rng, into buf. */
@@ -247,6 +257,10 @@ char *sp_distill_doc_request(const char *text, const char *lang, sp_rng *rng);
  * languages, from templates and the rng, into buf. */
 void sp_distill_opener(char *buf, size_t cap, sp_rng *rng);
 
+/* A hash of everything in o that decides the data (paths, sizes, shares,
+ * taps, seed; not stats): a data file is reused only for the same recipe. */
+uint64_t sp_distill_recipe(const sp_distill_opts *o);
+
 typedef void (*sp_distill_progress)(void *ud, uint64_t tokens, uint64_t goal, uint64_t answer_tokens);
 
 /* Makes the data file at out_path with the context's model (its slots
@@ -260,6 +274,7 @@ typedef struct sp_distill_info {
     uint32_t n_seqs;
     uint64_t n_tokens;
     char fingerprint[17];            /* of the target that made it */
+    uint64_t recipe;                 /* sp_distill_recipe of the options that made it (0: unknown) */
 } sp_distill_info;
 
 typedef struct sp_distill_seq {

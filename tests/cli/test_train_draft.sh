@@ -92,6 +92,12 @@ check "a folder of Latin-1 text only is refused: no usable text" bash -c "[ $rc 
 # the data is reused when it matches: the second run does not record again
 "$BIN" train-draft -m smollm2-135m -o "$tmp/h2.gguf" --data-file "$tmp/h.gguf.distill" "${small[@]}" > /dev/null 2> "$tmp/err2"; rc=$?
 check "a matching data file is reused" bash -c "[ $rc -eq 0 ] && ! grep -q 'recording' '$tmp/err2'"
+# and recorded again, saying why, when a data option differs (here --doc-share)
+cp "$tmp/h.gguf.distill" "$tmp/h3.distill"
+"$BIN" train-draft -m smollm2-135m -o "$tmp/h3.gguf" --data-file "$tmp/h3.distill" "${small[@]}" --doc-share 0.5 \
+    > /dev/null 2> "$tmp/err3"; rc=$?
+check "data recorded with other options is recorded again, saying so" \
+    bash -c "[ $rc -eq 0 ] && grep -q 'other data options' '$tmp/err3' && grep -q 'recording' '$tmp/err3'"
 # a head for SmolLM2 is refused for Gemma, naming both
 "$BIN" run -m gemma3-270m -p hi -n 4 --spec eagle --draft-head "$tmp/h.gguf" > /dev/null 2> "$tmp/e"; rc=$?
 check "a SmolLM2 head is refused for Gemma" bash -c "[ $rc -eq 1 ] && grep -q 'draft head' '$tmp/e'"
@@ -106,6 +112,11 @@ check "no -o exits 2" bash -c "[ $rc -eq 2 ] && grep -q 'no output' '$tmp/e'"
 check "--ttt out of range exits 2" test $rc -eq 2
 "$BIN" train-draft -m smollm2-135m -o "$tmp/x.gguf" --answers poems > /dev/null 2> "$tmp/e"; rc=$?
 check "--answers takes chat or text" bash -c "[ $rc -eq 2 ] && grep -q 'chat or text' '$tmp/e'"
+"$BIN" train-draft -m smollm2-135m -o "$tmp/x.gguf" --self-requests 1.5 > /dev/null 2> "$tmp/e"; rc=$?
+check "--self-requests outside [0, 1] exits 2" test $rc -eq 2
+"$BIN" train-draft -m gemma3-270m -o "$tmp/x.gguf" --answers text --self-requests 0.5 > /dev/null 2> "$tmp/e"; rc=$?
+check "--self-requests with --answers text exits 2, saying why" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'self-requests is for chat answers' '$tmp/e'"
 "$BIN" train-draft -m smollm2-135m -o "$tmp/x.gguf" --head-type q3_k > /dev/null 2> "$tmp/e"; rc=$?
 check "--head-type takes the listed types" bash -c "[ $rc -eq 2 ] && grep -q 'q4_1' '$tmp/e'"
 # --head-type q8_0 from the checkpoint: no step left to train, the head is written again

@@ -180,11 +180,64 @@ static void test_text_starts(void **state) {
     assert_true(sn >= 1 && gen >= 1);
 }
 
+/* With self_share 1 and no snippet requests, the chat prompts are requests
+ * the model wrote itself from its template's opening of a user turn: each
+ * user message is one it sampled (not from the templates), and a share of
+ * 0 asks it for none. */
+static void test_self_requests(void **state) {
+    fixture *f = *state;
+    sp_distill_stats st = { 0 };
+    sp_distill_opts o = { .max_tokens = 500, .seq_len = 192, .top_k = TOPK, .answer_share = 1.0,
+                          .answer_tokens = 32, .chat = true, .doc_share = 0, .self_share = 1.0, .seed = 3,
+                          .stats = &st };
+    sp_distill *ds = distill_river(f, 4, o);
+    int answers = 0, distinct = 0;
+    bool first = false;              /* the first request the model wrote is a prompt's message */
+    char prev[8][256];
+    for (uint32_t s = 0; s < sp_distill_info_of(ds)->n_seqs; s++) {
+        sp_distill_seq q;
+        sp_distill_get(ds, s, &q);
+        if (q.loss_from == 0) continue;
+        /* the user's message: the text between the second "user" header and its end of turn */
+        char text[2048];
+        size_t len = 0;
+        for (int i = 0; i <= q.loss_from && len < sizeof text - 256; i++)
+            len += sp_token_piece(f->tok, q.tokens[i], true, text + len, sizeof text - len);
+        text[len] = 0;
+        const char *u = strstr(text, "<|im_start|>user\n");
+        assert_non_null(u);
+        u += strlen("<|im_start|>user\n");
+        const char *end = strstr(u, "<|im_end|>");
+        assert_non_null(end);
+        char msg[256];
+        snprintf(msg, sizeof msg, "%.*s", (int)(end - u), u);
+        assert_true(strchr(msg, ' ') != NULL);                 /* three words or more */
+        bool seen = false;
+        for (int j = 0; j < distinct && j < 8; j++) seen |= !strcmp(prev[j], msg);
+        if (!seen && distinct < 8) snprintf(prev[distinct++], sizeof prev[0], "%s", msg);
+        first |= !strncmp(msg, st.first_request, strlen(st.first_request));
+        answers++;
+    }
+    assert_true(answers >= 3);
+    assert_int_equal(st.self_requests, answers);
+    assert_true(st.self_made >= (uint64_t)answers);
+    assert_true(distinct >= 3);                              /* sampled: not one request over and over */
+    assert_true(strlen(st.first_request) >= 8 && first);
+    sp_distill_close(ds);
+    o.self_share = 0;
+    ds = distill_river(f, 4, o);
+    assert_int_equal(st.self_requests, 0);
+    assert_int_equal(st.self_made, 0);
+    assert_string_equal(st.first_request, "");
+    sp_distill_close(ds);
+}
+
 int main(void) {
     sp_base_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_answers_recorded_in_generation),
         cmocka_unit_test(test_text_starts),
+        cmocka_unit_test(test_self_requests),
     };
     return cmocka_run_group_tests(tests, fx_setup_smol, fx_teardown);
 }
