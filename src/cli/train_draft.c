@@ -17,7 +17,7 @@ static const char train_help[] =
     "Trains an EAGLE-3 draft head for MODEL (use it with --spec eagle --draft-head OUT.gguf).\n"
     "1. data: the model reads text found on this machine and answers prompts made from it;\n"
     "   its hidden states at three layers and its next-token distributions are recorded\n"
-    "   (kept in --data-file, reused when it matches);\n"
+    "   (kept in --data-file, reused by a later run with the same model and data options);\n"
     "2. training: the head, unrolled for --ttt steps on its own predictions, learns the\n"
     "   model's distributions over a draft vocabulary of the data's most frequent tokens.\n"
     "\n"
