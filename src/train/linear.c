@@ -55,8 +55,9 @@ typedef struct sp_tr_gemm_job {
 /* A panel of width w (mr rows of A or nr columns of B) for kc values of k:
  * dst[k][j] <- src[j * sj + k * sk] for j < n, zero for n <= j < w.  The
  * loop order follows the source's unit stride, so the reads are sequential
- * (a strided gather was a fifth of the training time: the matrices are
- * larger than the caches and each panel row sat in another line). */
+ * (perf put a fifth of the training samples on a strided gather here; the
+ * wall-clock gain was smaller, 0-7 %: the stalls are mostly the memory's,
+ * and they move to the micro-kernel). */
 static void sp_tr_pack_panel(float *dst, const float *src, int64_t sj, int64_t sk, int kc, int n, int w) {
     if (n < w) memset(dst, 0, sizeof(float) * (size_t)kc * w);
     if (sj == 1) {                               /* each k: n neighbours */
