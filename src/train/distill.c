@@ -551,13 +551,26 @@ static char *request_text(const request *q) {
     return s;
 }
 
+/* Steps the context until its sequences end and removes the `added` ones
+ * (ids); rc is an earlier failure, kept (then nothing runs).  Returns rc
+ * or the first sequence's failure. */
+static int run_to_end(sp_ctx *ctx, const int *ids, int added, int rc, sp_err *err) {
+    if (!rc) while (sp_ctx_step(ctx) > 0) {}
+    for (int i = 0; i < added; i++) {
+        if (!rc && sp_ctx_seq_finish(ctx, ids[i]) == SP_FINISH_ERROR)
+            rc = sp_err_set(err, "distill: %s", sp_ctx_seq_error(ctx, ids[i]));
+        sp_ctx_remove(ctx, ids[i]);
+    }
+    return rc;
+}
+
 /* Has the model write n requests in the context's slots (sampled at
  * temperature 1, top-k 40, top-p 0.95) and adds the ones to keep to the
  * pool. */
 static int write_requests(sp_ctx *ctx, const sp_tokens *opening, int n, uint64_t seed, reqpool *pool,
                           sp_err *err) {
     request q[64] = { 0 };
-    int ids[64], added = 0, rc = 0;
+    int ids[64] = { 0 }, added = 0, rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         q[i].tok = sp_ctx_tokenizer(ctx);
         sp_seq_params p = sp_seq_default_params();
@@ -575,12 +588,7 @@ static int write_requests(sp_ctx *ctx, const sp_tokens *opening, int n, uint64_t
         if ((ids[i] = sp_ctx_add(ctx, &p, err)) < 0) rc = -1;
         else added++;
     }
-    if (!rc) while (sp_ctx_step(ctx) > 0) {}
-    for (int i = 0; i < added; i++) {
-        if (!rc && sp_ctx_seq_finish(ctx, ids[i]) == SP_FINISH_ERROR)
-            rc = sp_err_set(err, "distill: %s", sp_ctx_seq_error(ctx, ids[i]));
-        sp_ctx_remove(ctx, ids[i]);
-    }
+    rc = run_to_end(ctx, ids, added, rc, err);
     for (int i = 0; i < n; i++) {
         char *t = rc ? NULL : request_text(&q[i]);
         if (t) {
@@ -615,7 +623,7 @@ static void free_requests(reqpool *pool) {
 /* Generates answers for a batch of prompts in the context's slots,
  * recording their rows as they go. */
 static int answer_batch(sp_ctx *ctx, answer *a, int n, const sp_distill_opts *o, uint64_t seed, sp_err *err) {
-    int ids[64];
+    int ids[64] = { 0 };
     sp_drafter *rec[64] = { 0 };
     int rc = 0, added = 0;
     for (int i = 0; i < n && !rc; i++) {
@@ -637,12 +645,7 @@ static int answer_batch(sp_ctx *ctx, answer *a, int n, const sp_distill_opts *o,
         if ((ids[i] = sp_ctx_add(ctx, &p, err)) < 0) rc = -1;
         else added++;
     }
-    if (!rc) while (sp_ctx_step(ctx) > 0) {}
-    for (int i = 0; i < added; i++) {
-        if (!rc && sp_ctx_seq_finish(ctx, ids[i]) == SP_FINISH_ERROR)
-            rc = sp_err_set(err, "distill: %s", sp_ctx_seq_error(ctx, ids[i]));
-        sp_ctx_remove(ctx, ids[i]);
-    }
+    rc = run_to_end(ctx, ids, added, rc, err);
     for (int i = 0; i < n; i++) sp_drafter_free(rec[i]);
     return rc;
 }
