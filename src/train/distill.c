@@ -483,8 +483,10 @@ static char *snippet(const char *text, size_t len, size_t chars, sp_rng *rng) {
 /* An instruct model given its template's opening of a user turn, and
  * nothing after it, writes a request as its users would (Magpie: Xu et
  * al., 2024): requests of the kinds and wording it was tuned on, which
- * templates and word lists reach only in part.  The head then learns
- * answers to what real users ask (BENCHMARKS.md, thirteenth round). */
+ * templates and word lists reach only in part.  At half the generated
+ * requests it made SmolLM2's head worse on the benchmark's chat and math
+ * (its requests are long and open, the word problems fewer: BENCHMARKS.md,
+ * thirteenth round), so train-draft leaves it off unless asked. */
 #define DS_REQ_TOKENS 96             /* longest request kept; longer ones are dropped unfinished */
 
 typedef struct reqpool {
