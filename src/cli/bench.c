@@ -49,6 +49,8 @@ static const char bench_help[] =
     SP_SPEC_OPTS_HELP
     "      --json FILE         write the results as JSON\n"
     "      --verify-cost       print t(K)/t(1), K = 1..16, for each -m (default: both models)\n"
+    "      --cost-ctx N        with --verify-cost: each window after N tokens of context\n"
+    "                          (default 32; attention makes windows dearer as it grows)\n"
     "  -h, --help              this help\n";
 
 #define MAX_METHODS 8
@@ -366,7 +368,8 @@ static double macs_per_row(const sp_model *m) {
 /* t(K)/t(1) for K = 1..16, plus the machine figures the kernels are judged
  * against: read bandwidth and the decode limit it implies, and the peak
  * int8 MAC rate against what windows of 8..16 rows achieve. */
-static int verify_cost(const char **models, int n_models, const sp_engine_opts *eo, const sp_spec_cli *spec) {
+static int verify_cost(const char **models, int n_models, int ctx0, const sp_engine_opts *eo,
+                       const sp_spec_cli *spec) {
     static const char *defaults[] = { "smollm2-135m", "gemma3-270m" };
     if (!n_models) { models = defaults; n_models = 2; }
     int ks[16];
@@ -377,7 +380,7 @@ static int verify_cost(const char **models, int n_models, const sp_engine_opts *
         sp_engine e;
         sp_err err;
         sp_cost_curve c;
-        if (sp_engine_open(&o, &e, &err) || sp_cost_measure(e.model, e.ws, ks, 16, 5, &c, &err)) {
+        if (sp_engine_open(&o, &e, &err) || sp_cost_measure(e.model, e.ws, ks, 16, 5, ctx0, &c, &err)) {
             fprintf(stderr, "specula bench: %s\n", err.msg);
             return SP_EXIT_FAIL;
         }
@@ -387,8 +390,8 @@ static int verify_cost(const char **models, int n_models, const sp_engine_opts *
         double peak = 0;
         for (int t = 0; t < e.threads && t < 64; t++) peak += pj.gmacs[t];
         const double bpt = (double)sp_model_bytes_per_token(e.model), macs = macs_per_row(e.model);
-        printf("# verify cost: %s, %d threads, kernels %s, median of 5, after a 32-token context\n",
-               e.model->name, e.threads, sp_kernels_describe());
+        printf("# verify cost: %s, %d threads, kernels %s, median of 5, after a %d-token context\n",
+               e.model->name, e.threads, sp_kernels_describe(), ctx0);
         printf("# read bandwidth %.1f GB/s; weights read per token %.1f MB; bandwidth limit %.1f tok/s; "
                "1-row forward %.1f tok/s = %.0f%% of the limit\n", gbps, bpt / 1e6, gbps * 1e9 / bpt,
                1.0 / c.t[1], 100.0 / c.t[1] / (gbps * 1e9 / bpt));
@@ -442,6 +445,7 @@ int sp_cmd_bench(int argc, char **argv) {
     const char *methods = "plain,ngram", *models[8];
     int n_models = 0;
     bool vcost = false;
+    int cost_ctx = 0;
     const sp_flag flags[] = {
         { "--prompts", SP_FLAG_STR, &o.prompts_path, 0, 0 },
         { "--methods", SP_FLAG_STR, &methods, 0, 0 },
@@ -454,6 +458,7 @@ int sp_cmd_bench(int argc, char **argv) {
         { "--temp", SP_FLAG_FLOAT, &o.temp, 0, 100 },
         { "--seed", SP_FLAG_U64, &o.seed, 0, 0 },
         { "--verify-cost", SP_FLAG_SET, &vcost, 0, 0 },
+        { "--cost-ctx", SP_FLAG_INT, &cost_ctx, 1, 1000000 },
         { "--no-forced-spans", SP_FLAG_SET, &o.no_forced, 0, 0 },
     };
     sp_args a = { "bench", argc, argv, 1 };
@@ -471,7 +476,8 @@ int sp_cmd_bench(int argc, char **argv) {
         if (sp_arg_is(&a, "-h|--help")) { fputs(bench_help, stdout); return 0; }
         return sp_arg_unknown(&a);
     }
-    if (vcost) return verify_cost(models, n_models, &eo, &o.spec);
+    if (cost_ctx && !vcost) return sp_usage_error("bench", "--cost-ctx goes with --verify-cost");
+    if (vcost) return verify_cost(models, n_models, cost_ctx ? cost_ctx : 32, &eo, &o.spec);
     if (n_models > 1) return sp_usage_error("bench", "one -m per run (except with --verify-cost)");
     if (parse_methods(methods, &o)) return SP_EXIT_USAGE;
 
@@ -588,6 +594,21 @@ int sp_cmd_bench(int argc, char **argv) {
                    (long long)ag[m].stats.pos_drafted[i]);
         printf("\n");
     }
+    /* where a target forward's share of the decode time goes: the
+     * batched forward, drafting (with the drafters' catch-up), the accept
+     * walk and sampling, and the rest of the round (planning, the
+     * controller, bookkeeping); what S = tau / (t(k+1)/t(1) + k c)
+     * leaves out shows up as "other" */
+    printf("# time per target forward (ms): method verify draft sample other");
+    for (int m = 0; m < nm; m++) {
+        const sp_spec_stats *s = &ag[m].stats;
+        if (!s->forwards) continue;
+        const double f = 1e6 * (double)s->forwards;
+        const uint64_t known = s->verify_ns + s->draft_ns + s->sample_ns + s->mask_ns;
+        printf("  %s %.3f %.3f %.3f %.3f", o.methods[m], s->verify_ns / f, s->draft_ns / f, s->sample_ns / f,
+               s->total_ns > known ? (double)(s->total_ns - known) / f : 0.0);
+    }
+    printf("\n");
     /* under a grammar: the forced spans, and the grammar's share of the
      * decode time (masks, draft checks, forced spans) */
     for (int m = 0; m < nm; m++) {

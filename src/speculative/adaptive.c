@@ -46,17 +46,20 @@ static void interpolate(sp_cost_curve *c, const bool *have) {
     for (int j = last + 1; j <= N; j++) c->t[j] = c->t[last] + slope * (double)(j - last);
 }
 
-int sp_cost_measure(const sp_model *m, sp_workspace *ws, const int *ks, int n_ks, int reps,
+int sp_cost_measure(const sp_model *m, sp_workspace *ws, const int *ks, int n_ks, int reps, int ctx0,
                     sp_cost_curve *c, sp_err *err) {
-    const int ctx0 = 32, V = m->hp.n_vocab;
+    const int V = m->hp.n_vocab;
     int kmax = 1;
     for (int i = 0; i < n_ks; i++) {
         if (ks[i] < 1 || ks[i] > SP_MAX_DRAFT + 1) return sp_err_set(err, "cost: K=%d out of range", ks[i]);
         if (ks[i] > kmax) kmax = ks[i];
     }
+    if (ctx0 < 1 || ctx0 > m->hp.n_ctx_train - kmax - 1)
+        return sp_err_set(err, "cost: a context of %d tokens is out of range (1..%d for this model)", ctx0,
+                          m->hp.n_ctx_train - kmax - 1);
     sp_kv *kv = sp_kv_create(m, ctx0 + kmax + 1);
     float *logits = sp_alloc_aligned((size_t)kmax * V * sizeof(float));
-    int32_t toks[SP_MAX_DRAFT + 2 + 32];
+    int32_t *toks = sp_xmalloc((size_t)(ctx0 + kmax) * sizeof *toks);
     for (int i = 0; i < ctx0 + kmax; i++) toks[i] = (int32_t)((i * 7919 + 13) % V);
     int rc = -1;
     double *samples = sp_xmalloc((size_t)(reps + 1) * sizeof(double));
@@ -92,6 +95,7 @@ int sp_cost_measure(const sp_model *m, sp_workspace *ws, const int *ks, int n_ks
     rc = 0;
 done:
     free(samples);
+    free(toks);
     sp_free_aligned(logits);
     sp_kv_free(kv);
     return rc;
@@ -150,7 +154,7 @@ int sp_cost_get(const sp_model *m, sp_workspace *ws, int threads, const char *ca
     const bool cached = cache_dir && cost_cache_path(m, threads, cache_dir, path, sizeof path);
     if (cached && cost_load(path, c)) return 0;
     static const int ks[] = { 1, 2, 3, 4, 6, 8, 12, 17 };
-    if (sp_cost_measure(m, ws, ks, (int)(sizeof ks / sizeof *ks), 5, c, err)) return -1;
+    if (sp_cost_measure(m, ws, ks, (int)(sizeof ks / sizeof *ks), 5, 32, c, err)) return -1;
     if (cached) cost_save(path, c);
     return 0;
 }

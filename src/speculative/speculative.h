@@ -412,8 +412,10 @@ typedef struct sp_cost_curve {
 } sp_cost_curve;
 
 /* Measures t(K) for K in ks (others interpolated) with reps repetitions
- * (median), using a scratch cache. */
-int sp_cost_measure(const sp_model *m, sp_workspace *ws, const int *ks, int n_ks, int reps,
+ * (median), using a scratch cache, each window after ctx0 tokens of
+ * context (the controller's curve: 32; attention makes a window dearer as
+ * the context grows). */
+int sp_cost_measure(const sp_model *m, sp_workspace *ws, const int *ks, int n_ks, int reps, int ctx0,
                     sp_cost_curve *c, sp_err *err);
 /* Loads the curve cached for (model, threads, this binary) in cache_dir,
  * or measures it and saves it there (best effort).  cache_dir must exist

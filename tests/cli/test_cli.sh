@@ -126,12 +126,20 @@ JSONL
 check "bench exits 0" test $rc -eq 0
 check "bench prints per-category and overall rows" bash -c "grep -q '^transform *ngram' $tmp/b.txt && grep -q '^chat *plain' $tmp/b.txt && grep -qE '^overall *ngram .* yes +[0-9.]+%$' $tmp/b.txt"
 check "bench prints acceptance by draft position" grep -qE '^# ngram acceptance by draft position \(overall\): 1: [0-9]+% of [0-9]+' $tmp/b.txt
+check "bench splits a target forward's time (verify, draft, sample, other) per method" grep -qE '^# time per target forward \(ms\): method verify draft sample other  plain [0-9.]+ 0.000 [0-9.]+ [0-9.]+  ngram [0-9.]+ [0-9.]+ [0-9.]+ [0-9.]+$' $tmp/b.txt
 check "bench JSON has overall speedup and acceptance" python3 -c "import json; d=json.load(open('$tmp/b.json')); o=d['overall']['ngram']; assert o['lossless'] and o['speedup']>0 and 'acceptance_rate' in o and len(d['prompts'])==2"
 check "bench shows progress on stderr" grep -q "\[  2/2\]" "$tmp/b.err"
 printf '{"id": "x", "category": "c", "messages": "nope", "max_tokens": 4}\n' > "$tmp/bad.jsonl"
 "$BIN" bench -m smollm2-135m --prompts "$tmp/bad.jsonl" > /dev/null 2>"$tmp/e"; rc=$?
 check "bench rejects a malformed prompt line with its line number" bash -c "[ $rc -eq 1 ] && grep -q 'bad.jsonl:1: expected' $tmp/e"
 "$BIN" bench --methods plain,bogus >/dev/null 2>&1; check "bench unknown method exits 2" test $? -eq 2
+# the verify cost after a given context, and its bad values
+"$BIN" bench --verify-cost -m smollm2-135m --cost-ctx 300 > "$tmp/vc.txt" 2>"$tmp/e"; rc=$?
+check "bench --verify-cost --cost-ctx 300 measures after 300 tokens, K = 1..16" bash -c "[ $rc -eq 0 ] && grep -q 'after a 300-token context' $tmp/vc.txt && grep -qE '^16 [0-9.]+$' $tmp/vc.txt"
+"$BIN" bench -m smollm2-135m --cost-ctx 300 >/dev/null 2>"$tmp/e"; rc=$?
+check "bench --cost-ctx without --verify-cost exits 2" bash -c "[ $rc -eq 2 ] && grep -q 'goes with --verify-cost' $tmp/e"
+"$BIN" bench --verify-cost -m smollm2-135m --cost-ctx 9000 >/dev/null 2>"$tmp/e"; rc=$?
+check "bench --cost-ctx past the model's context exits 1 naming the range" bash -c "[ $rc -eq 1 ] && grep -q 'out of range (1..8175' $tmp/e"
 
 # structured output: run with a grammar or a JSON schema, the errors, and a
 # bench line with a json_schema (forced spans counted, lossless)
