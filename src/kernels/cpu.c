@@ -28,15 +28,19 @@ static const sp_kfuncs sp_kfuncs_scalar = { .name = "scalar", .level = SP_SIMD_S
     .geglu = sp_avx2_geglu,                          \
     .vec_add = sp_avx2_vec_add,                      \
     .vec_scale = sp_avx2_vec_scale,                  \
+    .attn_heads_q = sp_avx2_attn_heads_q
+
+/* The AVX2 F16 attention (the AVX-512 table has its own). */
+#define SP_KFUNCS_AVX2_ATTN                          \
     .attn_head = sp_avx2_attn_head,                  \
     .attn_heads = sp_avx2_attn_heads,                \
-    .attn_heads_idx = sp_avx2_attn_heads_idx,       \
-    .attn_heads_q = sp_avx2_attn_heads_q
+    .attn_heads_idx = sp_avx2_attn_heads_idx
 
 const sp_kfuncs sp_kfuncs_avx2 = {
     .name = "avx2+fma+f16c",
     .level = SP_SIMD_AVX2,
     SP_KFUNCS_AVX2_COMMON,
+    SP_KFUNCS_AVX2_ATTN,
     .dot_rows = sp_avx2_dot_rows,
     .dot_packed = sp_avx2_dot_packed,
 };
@@ -46,17 +50,22 @@ const sp_kfuncs sp_kfuncs_vnni = {
     .name = "avx2+fma+f16c+avxvnni",
     .level = SP_SIMD_VNNI,
     SP_KFUNCS_AVX2_COMMON,
+    SP_KFUNCS_AVX2_ATTN,
     .dot_rows = sp_avx2_dot_rows,
     .dot_packed = sp_vnni_dot_packed,
 };
 
-/* AVX2 plus AVX-512 VNNI: the packed and the K-quant kernels differ. */
+/* AVX2 plus AVX-512 VNNI: the packed and the K-quant kernels and the F16
+ * attention (attn_avx512.c) differ. */
 const sp_kfuncs sp_kfuncs_avx512 = {
     .name = "avx2+fma+f16c+avx512vnni",
     .level = SP_SIMD_AVX512,
     SP_KFUNCS_AVX2_COMMON,
     .dot_rows = sp_avx512_dot_rows,
     .dot_packed = sp_avx512_dot_packed,
+    .attn_head = sp_avx512_attn_head,
+    .attn_heads = sp_avx512_attn_heads,
+    .attn_heads_idx = sp_avx512_attn_heads_idx,
 };
 #endif
 

@@ -263,6 +263,14 @@ int64_t sp_vnni_peak_loop(int64_t iters);
 void sp_avx512_dot_packed(uint32_t wtype, int64_t n, const void *w, size_t g_stride, int64_t n_groups,
                           const void *act, size_t act_stride, int nr, float *y, size_t ldy);
 int64_t sp_avx512_peak_loop(int64_t iters);
+/* attn_avx512.c (AVX-512 F/BW/VL CPUs only): as the AVX2 ones, 16 lanes */
+void sp_avx512_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v,
+                         size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
+void sp_avx512_attn_heads(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                          size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
+void sp_avx512_attn_heads_idx(float *out, const float *q, int n_q, const sp_f16 *k, const sp_f16 *v,
+                              size_t stride, int head_dim, const int32_t *idx, int n, float scale,
+                              float *scores);
 /* ops_avx2.c */
 void sp_avx2_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void sp_avx2_softmax(float *x, int n);

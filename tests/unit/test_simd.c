@@ -855,11 +855,12 @@ static void test_attention_simd_vs_scalar(void **state) {
         float q[256], a[256], b[256], scores[300];
         fill(q, hd, 1.0f, 90 + k);
         const int ranges[][2] = {{0, 1}, {0, 3}, {5, 6}, {0, 299}, {17, 300}, {100, 131}};
-        for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++) {
+        for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++)
+        for (int lv = 0; lv < (have_avx512() ? 2 : 1); lv++) {
             const sp_f16 *kh = kc + hd, *vh = vc + hd; /* KV head 1 */
             sp_kernels_set_simd(SP_SIMD_SCALAR);
             sp_attn_head(a, q, kh, vh, stride, hd, ranges[ri][0], ranges[ri][1], 0.125f, scores);
-            sp_kernels_set_simd(SP_SIMD_AVX2);
+            sp_kernels_set_simd(lv ? SP_SIMD_AVX512 : SP_SIMD_AVX2);   /* AVX-512: its own 16-lane kernel */
             sp_attn_head(b, q, kh, vh, stride, hd, ranges[ri][0], ranges[ri][1], 0.125f, scores);
             /* Scores summed in another order; the probabilities are rounded
              * to F16, so a score 1 ulp apart can move one probability by an
@@ -876,33 +877,47 @@ static void test_attention_simd_vs_scalar(void **state) {
 }
 
 /* A group of heads gives each head exactly sp_attn_head's result, for
- * every group size (1..9 covers the 8-head split) and on every level. */
+ * every group size (1..9 covers the 8-head split) and on every level; a
+ * key list equal to a range gives the range's result (tree verification
+ * rows against chain rows).  Head sizes 24 and 72 leave a partial vector
+ * on both SIMD widths; key counts cover the 4-key blocks and their tails. */
 static void test_attention_groups(void **state) {
     (void)state;
-    const int hd = 24, n_pos = 70, nq_max = 9;
-    const size_t stride = (size_t)hd * 2;
-    sp_f16 *kc = malloc((size_t)n_pos * stride * sizeof(sp_f16)), *vc = malloc((size_t)n_pos * stride * sizeof(sp_f16));
-    sp_rng r = {99};
-    for (size_t i = 0; i < (size_t)n_pos * stride; i++) {
-        kc[i] = sp_f32_to_f16(urand(&r) * 2.0f);
-        vc[i] = sp_f32_to_f16(urand(&r));
-    }
-    float q[9 * 24], one[9 * 24], grp[9 * 24], scores[9 * 70];
-    fill(q, nq_max * hd, 1.0f, 7);
-    for (int level = 0; level <= (have_avx2() ? 1 : 0); level++) {
-        sp_kernels_set_simd(level ? SP_SIMD_AVX2 : SP_SIMD_SCALAR);
-        for (int nq = 1; nq <= nq_max; nq++) {
-            for (int lo = 0; lo <= 3; lo += 3) {
-                const int hi = n_pos - (nq % 3);
-                for (int h = 0; h < nq; h++)
-                    sp_attn_head(one + h * hd, q + h * hd, kc + hd, vc + hd, stride, hd, lo, hi, 0.2f, scores);
-                sp_attn_heads(grp, q, nq, kc + hd, vc + hd, stride, hd, lo, hi, 0.2f, scores);
-                if (memcmp(one, grp, (size_t)nq * hd * sizeof(float)) != 0)
-                    fail_msg("%s: group of %d heads differs from single heads", sp_kernels_describe(), nq);
+    const int hds[] = { 24, 72 }, n_pos = 70, nq_max = 9;
+    for (size_t hi_d = 0; hi_d < sizeof hds / sizeof *hds; hi_d++) {
+        const int hd = hds[hi_d];
+        const size_t stride = (size_t)hd * 2;
+        sp_f16 *kc = malloc((size_t)n_pos * stride * sizeof(sp_f16)), *vc = malloc((size_t)n_pos * stride * sizeof(sp_f16));
+        sp_rng r = {99};
+        for (size_t i = 0; i < (size_t)n_pos * stride; i++) {
+            kc[i] = sp_f32_to_f16(urand(&r) * 2.0f);
+            vc[i] = sp_f32_to_f16(urand(&r));
+        }
+        float *q = malloc(sizeof(float) * 9 * 72), *one = malloc(sizeof(float) * 9 * 72);
+        float *grp = malloc(sizeof(float) * 9 * 72), *scores = malloc(sizeof(float) * 9 * 70);
+        int32_t idx[70];
+        fill(q, nq_max * hd, 1.0f, 7);
+        const sp_simd levels[] = { SP_SIMD_SCALAR, SP_SIMD_AVX2, SP_SIMD_AVX512 };
+        for (size_t li = 0; li < sizeof levels / sizeof *levels; li++) {
+            if (!sp_kernels_simd_supported(levels[li])) continue;
+            sp_kernels_set_simd(levels[li]);
+            for (int nq = 1; nq <= nq_max; nq++) {
+                for (int lo = 0; lo <= 3; lo += 3) {
+                    const int hi = n_pos - (nq % 4);
+                    for (int h = 0; h < nq; h++)
+                        sp_attn_head(one + h * hd, q + h * hd, kc + hd, vc + hd, stride, hd, lo, hi, 0.2f, scores);
+                    sp_attn_heads(grp, q, nq, kc + hd, vc + hd, stride, hd, lo, hi, 0.2f, scores);
+                    if (memcmp(one, grp, (size_t)nq * hd * sizeof(float)) != 0)
+                        fail_msg("%s: group of %d heads differs from single heads", sp_kernels_describe(), nq);
+                    for (int j = 0; j < hi - lo; j++) idx[j] = lo + j;
+                    sp_attn_heads_idx(grp, q, nq, kc + hd, vc + hd, stride, hd, idx, hi - lo, 0.2f, scores);
+                    if (memcmp(one, grp, (size_t)nq * hd * sizeof(float)) != 0)
+                        fail_msg("%s: a key list of %d heads differs from its range", sp_kernels_describe(), nq);
+                }
             }
         }
+        free(kc); free(vc); free(q); free(one); free(grp); free(scores);
     }
-    free(kc); free(vc);
 }
 
 /* Attention over quantized K/V rows (sp_attn_heads_q): on every level a
