@@ -40,8 +40,9 @@ typedef enum sp_simd {
     SP_SIMD_AVX2 = 1,   /* AVX2 + FMA + F16C */
     SP_SIMD_VNNI = 2,   /* the same plus AVX-VNNI (packed kernels use dpbusd; bit-identical to AVX2) */
     SP_SIMD_AVX512 = 3  /* AVX2 level plus AVX-512 F/BW/VL/VNNI (packed kernels on 512-bit
-                         * registers, 16 rows a vector; bit-identical to AVX2).  Does not
-                         * imply AVX-VNNI: ask sp_kernels_simd_supported. */
+                         * registers, 16 rows a vector, bit-identical to AVX2; F16 attention
+                         * on 16 lanes, whose score sums agree with AVX2's to rounding).
+                         * Does not imply AVX-VNNI: ask sp_kernels_simd_supported. */
 } sp_simd;
 
 /* Best level this CPU (and OS) supports. */
