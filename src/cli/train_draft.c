@@ -42,6 +42,8 @@ static const char train_help[] =
     "      --self-requests F   chat: share of the generated requests that the model writes\n"
     "                          itself, given only its template's opening of a user turn\n"
     "                          (default 0); the rest come from templates and word lists\n"
+    "      --topics F          chat: share of the template requests whose everyday kinds are\n"
+    "                          about a word of the text instead of the lists' topics (default 0)\n"
     "      --draft-vocab N     tokens the head can draft (default 8192)\n"
     "      --head-type T       the head's matrices: q4_1 (default), q5_0, q8_0, f16 or f32\n"
     "      --norm-residual     the head's residual starts from the normed fused state\n"
@@ -67,7 +69,7 @@ typedef struct train_args {
     const char *paths[32];
     int n_paths;
     int64_t tokens;
-    float answer_share, doc_share, self_share;
+    float answer_share, doc_share, self_share, topic_share;
     sp_head_train_opts ho;
 } train_args;
 
@@ -103,6 +105,7 @@ static int parse(int argc, char **argv, train_args *t) {
         { "--answer-share", SP_FLAG_FLOAT, &t->answer_share, 0, 1 },
         { "--doc-share", SP_FLAG_FLOAT, &t->doc_share, 0, 1 },
         { "--self-requests", SP_FLAG_FLOAT, &t->self_share, 0, 1 },
+        { "--topics", SP_FLAG_FLOAT, &t->topic_share, 0, 1 },
         { "--draft-vocab", SP_FLAG_INT, &t->ho.draft_vocab, 16, 1 << 20 },
         { "--ttt", SP_FLAG_INT, &t->ho.ttt_steps, 1, 8 },
         { "--seq-len", SP_FLAG_INT, &t->ho.seq_len, 16, 4096 },
@@ -131,6 +134,8 @@ static int parse(int argc, char **argv, train_args *t) {
         return sp_usage_error("train-draft", "--answers takes chat or text, not '%s'", t->answers);
     if (t->answers && !strcmp(t->answers, "text") && t->self_share > 0)
         return sp_usage_error("train-draft", "--self-requests is for chat answers, not --answers text");
+    if (t->answers && !strcmp(t->answers, "text") && t->topic_share > 0)
+        return sp_usage_error("train-draft", "--topics is for chat answers, not --answers text");
     if (t->loss && strcmp(t->loss, "ce") && strcmp(t->loss, "lk"))
         return sp_usage_error("train-draft", "--loss takes ce or lk, not '%s'", t->loss);
     t->ho.loss = t->loss && !strcmp(t->loss, "lk") ? SP_TR_LOSS_LK : SP_TR_LOSS_CE;
@@ -245,11 +250,12 @@ int sp_cmd_train_draft(int argc, char **argv) {
     sp_distill_opts d = { .paths = paths, .n_paths = n, .max_tokens = t.tokens, .seq_len = t.ho.seq_len,
                           .top_k = 16, .answer_share = t.answer_share, .doc_share = doc_share_for(&t, chat),
                           .answer_tokens = t.ho.seq_len - 16, .chat = chat, .seed = t.ho.seed,
-                          .self_share = chat ? t.self_share : 0, .stats = &stats };
+                          .self_share = chat ? t.self_share : 0, .topic_share = chat ? t.topic_share : 0,
+                          .stats = &stats };
     memcpy(d.tap_layers, taps, sizeof taps);
-    if (!chat && t.self_share > 0) {
-        fprintf(stderr, "specula train-draft: --self-requests needs chat answers, and %s has no chat template\n",
-                e.model->name);
+    if (!chat && (t.self_share > 0 || t.topic_share > 0)) {
+        fprintf(stderr, "specula train-draft: %s needs chat answers, and %s has no chat template\n",
+                t.self_share > 0 ? "--self-requests" : "--topics", e.model->name);
         goto done;
     }
     if (!data_matches(data, e.model, &d)) {
@@ -260,6 +266,9 @@ int sp_cmd_train_draft(int argc, char **argv) {
         if (d.self_share > 0)
             fprintf(stderr, "train-draft: %d prompts were requests the model wrote (%llu asked for)\n",
                     stats.self_requests, (unsigned long long)stats.self_made);
+        if (d.topic_share > 0)
+            fprintf(stderr, "train-draft: %d prompts were requests about a word of the text (the first: %s)\n",
+                    stats.topic_requests, stats.first_topic[0] ? stats.first_topic : "none");
     }
     sp_distill *ds = sp_distill_open(data, &err);
     if (!ds) goto out;

@@ -215,6 +215,7 @@ uint64_t sp_distill_recipe(const sp_distill_opts *o) {
     const double shares[] = { o->answer_share, o->doc_share, o->self_share };
     h = fnv(h, ints, sizeof ints);
     h = fnv(h, shares, sizeof shares);
+    if (o->topic_share > 0) h = fnv(h, &o->topic_share, sizeof o->topic_share);   /* files from before it */
     return h ? h : 1;                            /* 0: a file from before recipes */
 }
 
@@ -390,18 +391,26 @@ static bool self_written(const sp_distill_opts *o, uint64_t r) {
     return o->chat && generated_prompt(o, r) && (double)(r & 0x3ff) / 1024.0 < o->self_share;
 }
 
+/* Whether a generated chat request r takes its topic from the snippet:
+ * bits 10-19 of r against topic_share. */
+static bool topic_request(const sp_distill_opts *o, uint64_t r) {
+    return o->chat && (double)((r >> 10) & 0x3ff) / 1024.0 < o->topic_share;
+}
+
 /* The prompt for one answer.  Chat: with probability doc_share a request
  * about the snippet (prompts.c: summaries, answers from it, conversions,
  * code edits), else a generated request: with probability self_share one
  * the model wrote itself (self_request, see below), else an everyday
- * request or word problem from templates.  Text:
+ * request or word problem from templates, the everyday ones with
+ * probability topic_share about a word of the snippet.  Text:
  * with probability doc_share the snippet to continue, else a generated
  * start of prose or code.  The mix decides what the head is good at: a
  * head learns the kinds of answer it sees (BENCHMARKS.md, fourth to sixth
  * rounds). */
 static char *make_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, const sp_gguf *g, const char *snip,
-                         const char *lang, uint64_t r, const char *self_request, sp_err *err) {
+                         const char *lang, uint64_t r, const char *self_request, char topic[16], sp_err *err) {
     const bool generated = generated_prompt(o, r);
+    topic[0] = 0;
     sp_rng rr = { r };
     if (!o->chat && !generated) return sp_xstrdup(snip);
     if (!o->chat) {
@@ -412,8 +421,10 @@ static char *make_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, cons
     char *user;
     if (generated && self_request) user = sp_xstrdup(self_request);
     else if (generated) {
+        sp_rng tr = { r ^ 0x70b1c5ULL };
+        if (!topic_request(o, r) || !sp_distill_topic(snip, topic, 16, &tr)) topic[0] = 0;
         user = sp_xmalloc(512);
-        sp_distill_request(user, 512, &rr);
+        if (!sp_distill_request(user, 512, topic[0] ? topic : NULL, &rr)) topic[0] = 0;   /* a word problem */
     } else user = sp_distill_doc_request(snip, lang, &rr);
     const sp_chat_msg msg = { "user", user };
     char *text = NULL;
@@ -446,9 +457,9 @@ static void shorten(char *s, size_t want) {
  * cut to the budget.  seq->n = 0 when none fits. */
 static int fit_prompt(const sp_distill_opts *o, const sp_tokenizer *tok, const sp_gguf *g, char *snip,
                       const char *lang, uint64_t r, const char *self_request, int budget, sp_tokens *seq,
-                      sp_err *err) {
+                      char topic[16], sp_err *err) {
     for (int tries = 0; tries < 8; tries++) {
-        char *prompt = make_prompt(o, tok, g, snip, lang, r, self_request, err);
+        char *prompt = make_prompt(o, tok, g, snip, lang, r, self_request, topic, err);
         if (!prompt) return -1;
         seq->n = 0;
         const int rc = sp_tokenize(tok, prompt, strlen(prompt), sp_tokenizer_add_bos(tok), o->chat, seq, err);
@@ -677,7 +688,7 @@ int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path,
     int unfit = 0;                   /* prompts that did not fit in half a sequence */
     reqpool pool = { 0 };
     sp_tokens opening = { 0 };       /* the template's user-turn opening (self-written requests) */
-    int self_used = 0;
+    int self_used = 0, topics_used = 0;
     if (!rc && o->chat && o->self_share > 0) rc = user_turn_opening(tok, m->gguf, &opening, err);
     for (int fi = 0; !rc && fi < c.n && r.n_tokens < (uint64_t)o->max_tokens; fi++) {
         size_t len;
@@ -698,13 +709,16 @@ int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path,
                 if (self && self_used++ == 0 && o->stats)
                     snprintf(o->stats->first_request, sizeof o->stats->first_request, "%s", self);
                 /* keep room for the answer */
+                char topic[16];
                 rc = fit_prompt(o, tok, m->gguf, snip, code_lang(c.paths[fi]), pr, self, o->seq_len / 2,
-                                &ans[na].seq, err);
+                                &ans[na].seq, topic, err);
                 free(snip);
                 if (rc || ans[na].seq.n == 0) {
                     unfit += !rc;
                     continue;
                 }
+                if (topic[0] && topics_used++ == 0 && o->stats)
+                    snprintf(o->stats->first_topic, sizeof o->stats->first_topic, "%s", topic);
                 ans[na].n_prompt = ans[na].seq.n;
                 ans[na].n_dist = ans[na].seq.n - 1;
                 ans[na].tok = tok;
@@ -749,6 +763,8 @@ int sp_distill_make(sp_ctx *ctx, const sp_distill_opts *o, const char *out_path,
         if (!self_used) o->stats->first_request[0] = 0;
         o->stats->self_requests = self_used;
         o->stats->self_made = pool.made;
+        if (!topics_used) o->stats->first_topic[0] = 0;
+        o->stats->topic_requests = topics_used;
     }
     free_requests(&pool);
     sp_tokens_free(&opening);

@@ -105,12 +105,32 @@ static const char *const openers[] = { "", "", "", "Hi! ", "Please help me. ", "
 static const char *const closers[] = { "", "", "", " Keep it short.", " Please be specific.",
                                        " Answer in a few sentences.", " Explain step by step.", " Thanks!" };
 
-void sp_distill_request(char *buf, size_t cap, sp_rng *rng) {
+/* A request about a topic taken from the corpus (sp_distill_topic): the
+ * everyday kinds, open to any word, so that the answers are about
+ * thousands of subjects instead of the lists' hundred and seventy. */
+static void about_topic(char *buf, size_t cap, const char *topic, sp_rng *rng) {
+    const int n = 2 + (int)(sp_rng_next(rng) % 4);
+    switch (sp_rng_next(rng) % 8) {
+    case 0: snprintf(buf, cap, "Can you explain what \"%s\" means in simple words?", topic); break;
+    case 1: snprintf(buf, cap, "Give me %d interesting facts about %s.", n, topic); break;
+    case 2: snprintf(buf, cap, "Write a short story for children about %s.", topic); break;
+    case 3: snprintf(buf, cap, "Write a short poem about %s.", topic); break;
+    case 4: snprintf(buf, cap, "How would you explain %s to a ten-year-old?", topic); break;
+    case 5: snprintf(buf, cap, "Write %d sentences that use the word \"%s\".", n, topic); break;
+    case 6: snprintf(buf, cap, "Give me %d tips for dealing with %s.", n, topic); break;
+    default: snprintf(buf, cap, "What should a beginner know about %s?", topic);
+    }
+}
+
+bool sp_distill_request(char *buf, size_t cap, const char *topic, sp_rng *rng) {
     char req[448];
+    bool about = false;
     if (sp_rng_next(rng) % 3 == 0) word_problem(req, sizeof req, rng);
+    else if ((about = topic != NULL)) about_topic(req, sizeof req, topic, rng);
     else everyday(req, sizeof req, rng);
     const char *open = pick(openers, N_OF(openers), rng), *close = pick(closers, N_OF(closers), rng);
     snprintf(buf, cap, "%s%s%s", open, req, close);
+    return about;
 }
 
 /* ----------------------------------------------------------------------------
@@ -134,9 +154,12 @@ static bool keyword(const char *w, size_t n) {
     return false;
 }
 
-/* A word of at least 6 ASCII letters from s (its first letter at a random
- * start), copied into w; false when s has none. */
-static bool pick_word(const char *s, char *w, size_t cap, sp_rng *rng) {
+/* A name a rename request can take: not a keyword of code. */
+static bool renamable(const char *w, size_t n) { return n >= 6 && !keyword(w, n); }
+
+/* A word of ASCII letters from s that ok accepts (the first such word
+ * from a random start), copied into w; false when s has none. */
+static bool pick_word(const char *s, char *w, size_t cap, bool (*ok)(const char *, size_t), sp_rng *rng) {
     const size_t n = strlen(s);
     if (n == 0) return false;
     const size_t start = (size_t)(sp_rng_next(rng) % n);
@@ -144,14 +167,35 @@ static bool pick_word(const char *s, char *w, size_t cap, sp_rng *rng) {
         size_t i = (start + k) % n, len = 0;
         if (i > 0 && isalpha((unsigned char)s[i - 1])) continue;        /* a word's start */
         while (isalpha((unsigned char)s[i + len])) len++;
-        if (len >= 6 && len < cap && !isalnum((unsigned char)s[i + len]) && s[i + len] != '_' &&
-            !(i > 0 && s[i - 1] == '_') && !keyword(s + i, len)) {
+        if (len > 0 && len < cap && !isalnum((unsigned char)s[i + len]) && s[i + len] != '_' &&
+            !(i > 0 && s[i - 1] == '_') && ok(s + i, len)) {
             memcpy(w, s + i, len);
             w[len] = 0;
             return true;
         }
     }
     return false;
+}
+
+/* A topic for a request: a lower-case word of 5 to 14 letters that is
+ * neither a keyword of code nor one of the commonest words of prose. */
+static bool topical(const char *w, size_t n) {
+    static const char *const common[] = { "about", "after", "again", "being", "below", "could", "every", "first",
+                                          "their", "there", "these", "those", "which", "where", "would", "should",
+                                          "other", "under", "since", "using", "until", "above", "between",
+                                          "before", "because", "through", "without", "within", "whether", "always",
+                                          "never", "might", "shall", "against", "during", "following", "however",
+                                          "therefore", "otherwise", "instead", "already", "another", "further" };
+    if (n < 5 || n > 14 || keyword(w, n)) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!islower((unsigned char)w[i])) return false;
+    for (size_t i = 0; i < N_OF(common); i++)
+        if (strlen(common[i]) == n && !strncmp(common[i], w, n)) return false;
+    return true;
+}
+
+bool sp_distill_topic(const char *text, char *out, size_t cap, sp_rng *rng) {
+    return pick_word(text, out, cap, topical, rng);
 }
 
 static const char *const text_asks[] = {
@@ -192,11 +236,11 @@ char *sp_distill_doc_request(const char *text, const char *lang, sp_rng *rng) {
         if (!strcmp(lang, "python") && r % 5 == 0) ask = format_ask("Add type hints to every function in this "
                                                                     "Python code. Change nothing else and print the "
                                                                     "whole code.", 0);
-        else if (r % 5 == 1 && pick_word(text, word, sizeof word, rng)) {
+        else if (r % 5 == 1 && pick_word(text, word, sizeof word, renamable, rng)) {
             ask = sp_xmalloc(256);
             snprintf(ask, 256, "Rename %s to a clearer name everywhere in this code and print the whole code.", word);
         } else ask = format_ask(code_asks[(r / 5) % N_OF(code_asks)], n);
-    } else if (r % 4 == 0 && pick_word(text, word, sizeof word, rng)) {
+    } else if (r % 4 == 0 && pick_word(text, word, sizeof word, renamable, rng)) {
         ask = sp_xmalloc(256);
         if ((r / 4) % 2) snprintf(ask, 256, "Answer from the text only: what does it say about \"%s\"?", word);
         else snprintf(ask, 256, "Where does the following text mention %s, and what does it say there?", word);

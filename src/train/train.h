@@ -231,6 +231,8 @@ typedef struct sp_distill_opts {
     double self_share;               /* chat: share of the generated requests the model writes itself
                                         (given its template's opening of a user turn); the rest come
                                         from templates and word lists */
+    double topic_share;              /* chat: share of the generated requests whose everyday kind is
+                                        about a word of the text (sp_distill_topic) */
     int32_t tap_layers[3];
     uint64_t seed;
     struct sp_distill_stats *stats;  /* optional: filled at the end */
@@ -240,11 +242,21 @@ typedef struct sp_distill_stats {
     int self_requests;               /* prompts that were requests the model wrote */
     uint64_t self_made;              /* requests it was asked to write (kept or not) */
     char first_request[256];         /* the first one used (cut to fit), "" if none */
+    int topic_requests;              /* prompts about a word of the text (topic_share) */
+    char first_topic[16];            /* the first such word, "" if none */
 } sp_distill_stats;
 
 /* A generated chat request (prompts.c): an everyday request or an
- * arithmetic word problem, from templates and the rng, into buf. */
-void sp_distill_request(char *buf, size_t cap, sp_rng *rng);
+ * arithmetic word problem, from templates and the rng, into buf; with a
+ * topic (not NULL), requests about it instead of the everyday ones (the
+ * rng is drawn as without one up to that choice).  True when the request
+ * is about the topic. */
+bool sp_distill_request(char *buf, size_t cap, const char *topic, sp_rng *rng);
+
+/* A topic for such a request: a lower-case word of 5 to 14 letters from
+ * text, neither code nor one of prose's commonest words, picked by the
+ * rng; false when text has none. */
+bool sp_distill_topic(const char *text, char *out, size_t cap, sp_rng *rng);
 
 /* A request about text from the corpus (prompts.c): a summary, an answer
  * from it, a conversion or, with lang (the code's language, "" for none)

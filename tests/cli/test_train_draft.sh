@@ -117,6 +117,11 @@ check "--self-requests outside [0, 1] exits 2" test $rc -eq 2
 "$BIN" train-draft -m gemma3-270m -o "$tmp/x.gguf" --answers text --self-requests 0.5 > /dev/null 2> "$tmp/e"; rc=$?
 check "--self-requests with --answers text exits 2, saying why" \
     bash -c "[ $rc -eq 2 ] && grep -q 'self-requests is for chat answers' '$tmp/e'"
+"$BIN" train-draft -m smollm2-135m -o "$tmp/x.gguf" --topics -0.1 > /dev/null 2> "$tmp/e"; rc=$?
+check "--topics outside [0, 1] exits 2" test $rc -eq 2
+"$BIN" train-draft -m gemma3-270m -o "$tmp/x.gguf" --answers text --topics 0.5 > /dev/null 2> "$tmp/e"; rc=$?
+check "--topics with --answers text exits 2, saying why" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'topics is for chat answers' '$tmp/e'"
 "$BIN" train-draft -m smollm2-135m -o "$tmp/x.gguf" --head-type q3_k > /dev/null 2> "$tmp/e"; rc=$?
 check "--head-type takes the listed types" bash -c "[ $rc -eq 2 ] && grep -q 'q4_1' '$tmp/e'"
 # --head-type q8_0 from the checkpoint: no step left to train, the head is written again

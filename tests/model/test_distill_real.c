@@ -232,12 +232,45 @@ static void test_self_requests(void **state) {
     sp_distill_close(ds);
 }
 
+/* Requests about a word of the text (topic_share): at share 1 the
+ * everyday requests are about words of the river text, counted, and the
+ * first one is a word of it; at share 0 there are none. */
+static void test_topic_requests(void **state) {
+    fixture *f = *state;
+    sp_distill_stats st = { 0 };
+    sp_distill_opts o = { .max_tokens = 600, .seq_len = 192, .top_k = TOPK, .answer_share = 1.0,
+                          .answer_tokens = 24, .chat = true, .doc_share = 0, .topic_share = 1.0, .seed = 5,
+                          .stats = &st };
+    sp_distill *ds = distill_river(f, 4, o);
+    assert_true(st.topic_requests >= 2);
+    assert_true(strlen(st.first_topic) >= 5);
+    int about = 0;                   /* prompts that name the first topic */
+    for (uint32_t s = 0; s < sp_distill_info_of(ds)->n_seqs; s++) {
+        sp_distill_seq q;
+        sp_distill_get(ds, s, &q);
+        char text[2048];
+        size_t len = 0;
+        for (int i = 0; i <= q.loss_from && len < sizeof text - 256; i++)
+            len += sp_token_piece(f->tok, q.tokens[i], true, text + len, sizeof text - len);
+        text[len] = 0;
+        about += q.loss_from > 0 && strstr(text, st.first_topic) != NULL;
+    }
+    assert_true(about >= 1);
+    sp_distill_close(ds);
+    o.topic_share = 0;
+    ds = distill_river(f, 4, o);
+    assert_int_equal(st.topic_requests, 0);
+    assert_string_equal(st.first_topic, "");
+    sp_distill_close(ds);
+}
+
 int main(void) {
     sp_base_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_answers_recorded_in_generation),
         cmocka_unit_test(test_text_starts),
         cmocka_unit_test(test_self_requests),
+        cmocka_unit_test(test_topic_requests),
     };
     return cmocka_run_group_tests(tests, fx_setup_smol, fx_teardown);
 }

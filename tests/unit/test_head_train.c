@@ -239,8 +239,8 @@ static void test_requests(void **state) {
     for (int i = 0; i < 64; i++) {
         char a[512], b[512];
         sp_rng r1 = { 1000 + (uint64_t)i }, r2 = { 1000 + (uint64_t)i };
-        sp_distill_request(a, sizeof a, &r1);
-        sp_distill_request(b, sizeof b, &r2);
+        sp_distill_request(a, sizeof a, NULL, &r1);
+        sp_distill_request(b, sizeof b, NULL, &r2);
         assert_string_equal(a, b);
         assert_true(strlen(a) > 10);
         assert_null(strchr(a, '%'));
@@ -259,7 +259,7 @@ static void test_requests(void **state) {
     int n_many = 0;
     for (int i = 0; i < 1024; i++) {
         sp_rng r = { 77 + 7919 * (uint64_t)i };
-        sp_distill_request(many[n_many], sizeof many[0], &r);
+        sp_distill_request(many[n_many], sizeof many[0], NULL, &r);
         bool dup = false;
         for (int j = 0; j < n_many && !dup; j++) dup = !strcmp(many[j], many[n_many]);
         n_many += !dup;
@@ -267,8 +267,43 @@ static void test_requests(void **state) {
     assert_true(n_many >= 900);
     char tiny[8];
     sp_rng r = { 7 };
-    sp_distill_request(tiny, sizeof tiny, &r);
+    sp_distill_request(tiny, sizeof tiny, NULL, &r);
     assert_int_equal(strlen(tiny), 7);
+}
+
+/* Topics from the text: lower-case words of 5 to 14 letters, not code's
+ * keywords, not prose's commonest words, not parts of identifiers; none
+ * in a text without one.  Requests about a topic name it (the word
+ * problems stay), and differ from the everyday ones of the same rng. */
+static void test_topics(void **state) {
+    (void)state;
+    char w[16];
+    sp_rng r = { 5 };
+    assert_false(sp_distill_topic("x = my_value + OtherThing; return 1; which about", w, sizeof w, &r));
+    assert_false(sp_distill_topic("", w, sizeof w, &r));
+    for (int i = 0; i < 32; i++) {
+        sp_rng ri = { 100 + (uint64_t)i };
+        assert_true(sp_distill_topic("The Kitchen: whisk_eggs gently, then fold the batter into a buttered tin "
+                                     "(averylongwordthatistoolong).", w, sizeof w, &ri));
+        assert_true(!strcmp(w, "gently") || !strcmp(w, "batter") || !strcmp(w, "buttered"));
+    }
+    int named = 0, math = 0;
+    for (int i = 0; i < 64; i++) {
+        char a[512], b[512];
+        sp_rng r1 = { 3000 + (uint64_t)i }, r2 = { 3000 + (uint64_t)i };
+        const bool about = sp_distill_request(a, sizeof a, "lighthouses", &r1);
+        assert_false(sp_distill_request(b, sizeof b, NULL, &r2));
+        assert_null(strchr(a, '%'));
+        assert_true(about == (strstr(a, "lighthouses") != NULL));
+        if (about) {
+            named++;
+            assert_string_not_equal(a, b);
+        } else {
+            math++;
+            assert_string_equal(a, b);      /* a word problem, drawn as without a topic */
+        }
+    }
+    assert_true(named >= 30 && math >= 10);
 }
 
 /* The generated starts of text for pretrained models: fixed by the seed,
@@ -383,6 +418,7 @@ int main(void) {
         cmocka_unit_test(test_foreign_tokens),
         cmocka_unit_test(test_doc_requests),
         cmocka_unit_test(test_requests),
+        cmocka_unit_test(test_topics),
         cmocka_unit_test(test_openers),
         cmocka_unit_test(test_denormals),
     };
