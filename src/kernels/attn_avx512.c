@@ -188,16 +188,9 @@ static void sp_za_heads(float *out, const float *q, int n_q, const sp_f16 *k, co
         const size_t off = (size_t)h0 * head_dim;
         float *o = out + off, *sc = scores + (size_t)h0 * (size_t)(hi - lo);
         const float *qh = q + off;
-        switch (n_q - h0 < 8 ? n_q - h0 : 8) {
-        case 1: sp_za_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 1); break;
-        case 2: sp_za_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 2); break;
-        case 3: sp_za_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 3); break;
-        case 4: sp_za_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 4); break;
-        case 5: sp_za_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 5); break;
-        case 6: sp_za_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 6); break;
-        case 7: sp_za_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 7); break;
-        default: sp_za_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, 8); break;
-        }
+#define SP_GROUP(NQ) sp_za_group(o, qh, k, v, stride, head_dim, lo, hi, idx, scale, sc, NQ)
+        SP_ATTN_NQ_DISPATCH(n_q - h0, SP_GROUP)
+#undef SP_GROUP
     }
 }
 

@@ -263,6 +263,20 @@ int64_t sp_vnni_peak_loop(int64_t iters);
 void sp_avx512_dot_packed(uint32_t wtype, int64_t n, const void *w, size_t g_stride, int64_t n_groups,
                           const void *act, size_t act_stride, int nr, float *y, size_t ldy);
 int64_t sp_avx512_peak_loop(int64_t iters);
+/* Runs CALL(NQ) with NQ the constant min(nq, 8) (nq >= 1), so that each
+ * group size of the attention kernels inlines its own code (registers
+ * per head and key are sized by it). */
+#define SP_ATTN_NQ_DISPATCH(nq, CALL)                                                          \
+    switch ((nq) < 8 ? (nq) : 8) {                                                             \
+    case 1: CALL(1); break;                                                                    \
+    case 2: CALL(2); break;                                                                    \
+    case 3: CALL(3); break;                                                                    \
+    case 4: CALL(4); break;                                                                    \
+    case 5: CALL(5); break;                                                                    \
+    case 6: CALL(6); break;                                                                    \
+    case 7: CALL(7); break;                                                                    \
+    default: CALL(8); break;                                                                   \
+    }
 /* attn_avx512.c (AVX-512 F/BW/VL CPUs only): as the AVX2 ones, 16 lanes */
 void sp_avx512_attn_head(float *out, const float *q, const sp_f16 *k, const sp_f16 *v,
                          size_t stride, int head_dim, int lo, int hi, float scale, float *scores);
